@@ -1,0 +1,1 @@
+"""The identity core: pure rules and builders, the Kubernetes gateway, settings and output."""

@@ -1,0 +1,53 @@
+"""The one hierarchy of expected failures; each carries the exit code it leaves with."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class DispatchError(Exception):
+    """An expected failure, told in one line. Raise a subclass."""
+
+    exit_code: ClassVar[int] = 1
+
+
+class BadInput(DispatchError):
+    """The request, a flag or a file is malformed: fix the input."""
+
+    exit_code = 2
+
+
+class PreconditionFailed(DispatchError):
+    """Changed since it was read: re-read and run the stage again."""
+
+    exit_code = 3
+
+
+class NotFound(DispatchError):
+    """An object the step needs does not exist."""
+
+    exit_code = 4
+
+
+class Forbidden(DispatchError):
+    """The API server refused the credentials (401/403)."""
+
+    exit_code = 5
+
+
+class Refused(DispatchError):
+    """A rule refuses the request (not suspended, runtime invalid, bound reached, webhook)."""
+
+    exit_code = 6
+
+
+class Foreign(DispatchError):
+    """The audit found a sign of a reset: a person must decide."""
+
+    exit_code = 7
+
+
+class Transient(DispatchError):
+    """The API was unreachable or overloaded after bounded retries: run the step again."""
+
+    exit_code = 75

@@ -1,0 +1,241 @@
+"""The one module that talks to Kubernetes: explicit calls, results as dicts, errors mapped.
+
+Every write is preconditioned on the resourceVersion that was read (a stale read is a 409
+and writes nothing). A 409 is never retried: the read is stale, the step fails with exit 3
+and its stage is run again from the read. Reads are retried on 429/5xx/connection errors;
+writes only where the server surely did not apply them (429, connection refused).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from core import wire
+from core.errors import (
+    BadInput,
+    DispatchError,
+    Forbidden,
+    NotFound,
+    PreconditionFailed,
+    Refused,
+    Transient,
+)
+
+T = TypeVar("T")
+ATTEMPTS: Final = 4
+FIRST_BACKOFF: Final = 0.5  # seconds; doubled after each failed attempt
+REQUEST_TIMEOUT: Final = 30  # seconds per request
+PAGE_SIZE: Final = 200
+TRAINJOBS: Final = "trainjobs"
+JOBSETS: Final = "jobsets"
+WORKLOADS: Final = "workloads"
+RUNTIME_PLURALS: Final = {
+    "ClusterTrainingRuntime": "clustertrainingruntimes",
+    "TrainingRuntime": "trainingruntimes",
+}
+
+
+def _status_message(error: ApiException) -> str:
+    try:
+        body = json.loads(error.body or "{}")
+    except ValueError:
+        body = {}
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message or error.reason or "no message").replace("\n", " ")
+
+
+def _is_admission_denial(message: str) -> bool:
+    return "admission webhook" in message or "ValidatingAdmissionPolicy" in message
+
+
+def error_for(error: ApiException, what: str) -> DispatchError:
+    """Map an API error to the step's outcome (STYLE §2, DESIGN §3 exit codes)."""
+    status = error.status or 0
+    message = _status_message(error)
+    text = f"{what}: {status} {error.reason}: {message}"
+    if _is_admission_denial(message):
+        return Refused(text)
+    if status in (401, 403):
+        return Forbidden(text)
+    if status == 404:
+        return NotFound(text)
+    if status == 409:
+        return PreconditionFailed(text)
+    if status == 422 and "test operation" in message:
+        return PreconditionFailed(text)
+    if status == 429 or status >= 500:
+        return Transient(text)
+    return Refused(text)
+
+
+def _retryable(error: Exception, *, write: bool) -> bool:
+    if isinstance(error, ApiException):
+        status = error.status or 0
+        return status == 429 or (not write and status >= 500)
+    if isinstance(error, urllib3.exceptions.NewConnectionError):
+        return True  # refused before anything was sent
+    return not write and isinstance(error, urllib3.exceptions.HTTPError)
+
+
+def _call(request: Callable[[], T], *, what: str, write: bool = False) -> T:
+    backoff = FIRST_BACKOFF
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            return request()
+        except (ApiException, urllib3.exceptions.HTTPError) as e:
+            if attempt < ATTEMPTS and _retryable(e, write=write):
+                time.sleep(backoff)
+                backoff *= 2
+                continue
+            if isinstance(e, ApiException) and e.status:
+                raise error_for(e, what) from e
+            raise Transient(f"{what}: API server unreachable: {type(e).__name__}") from e
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def as_object(value: Any) -> dict[str, Any]:
+    """Narrow what the client returns to the plain JSON dict every caller works with."""
+    if hasattr(value, "to_dict"):
+        value = client.ApiClient().sanitize_for_serialization(value)
+    if not isinstance(value, dict):
+        raise TypeError(f"expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+class Gateway:
+    """A connection to one cluster; each method is one API request."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self._custom = client.CustomObjectsApi(api)
+        self._core = client.CoreV1Api(api)
+
+    @classmethod
+    def connect(cls, *, kubeconfig: Path | None, context: str | None) -> Gateway:
+        """In-cluster config inside a pod, else the kubeconfig (DESIGN §3)."""
+        try:
+            if os.environ.get("KUBERNETES_SERVICE_HOST") and kubeconfig is None:
+                config.load_incluster_config()
+                return cls(client.ApiClient())
+            configuration = client.Configuration()
+            config.load_kube_config(
+                config_file=str(kubeconfig) if kubeconfig else None,
+                context=context,
+                client_configuration=configuration,
+            )
+        except (ConfigException, OSError) as e:
+            raise BadInput(f"cannot load cluster credentials: {e}".replace("\n", " ")) from e
+        return cls(client.ApiClient(configuration))
+
+    # TrainJobs
+
+    def read_trainjob(self, namespace: str, name: str) -> dict[str, Any]:
+        """GET one TrainJob."""
+        return as_object(
+            _call(
+                lambda: self._custom.get_namespaced_custom_object(
+                    wire.TRAINER_GROUP, wire.TRAINER_VERSION, namespace, TRAINJOBS, name,
+                    _request_timeout=REQUEST_TIMEOUT,
+                ),
+                what=f"TrainJob {namespace}/{name}",
+            )
+        )
+
+    def create_trainjob(self, trainjob: Mapping[str, Any]) -> dict[str, Any] | None:
+        """POST a TrainJob; None when one of that name already exists."""
+        meta = trainjob["metadata"]
+        what = f"TrainJob {meta['namespace']}/{meta['name']}"
+        try:
+            created = _call(
+                lambda: self._custom.create_namespaced_custom_object(
+                    wire.TRAINER_GROUP, wire.TRAINER_VERSION, meta["namespace"], TRAINJOBS,
+                    dict(trainjob), _request_timeout=REQUEST_TIMEOUT,
+                ),
+                what=what,
+                write=True,
+            )
+        except PreconditionFailed as e:
+            cause = e.__cause__
+            if isinstance(cause, ApiException) and cause.reason == "Conflict" and (
+                "already exists" in _status_message(cause)
+            ):
+                return None
+            raise
+        return as_object(created)
+
+    def update_trainjob(
+        self, trainjob: Mapping[str, Any], resource_version: str
+    ) -> dict[str, Any]:
+        """PUT the TrainJob only if the server still holds `resource_version` (else 409)."""
+        meta = trainjob["metadata"]
+        body = {**trainjob, "metadata": {**meta, "resourceVersion": resource_version}}
+        return as_object(
+            _call(
+                lambda: self._custom.replace_namespaced_custom_object(
+                    wire.TRAINER_GROUP, wire.TRAINER_VERSION, meta["namespace"], TRAINJOBS,
+                    meta["name"], body, _request_timeout=REQUEST_TIMEOUT,
+                ),
+                what=f"TrainJob {meta['namespace']}/{meta['name']}",
+                write=True,
+            )
+        )
+
+    # Runtimes and JobSets
+
+    def read_runtime(self, kind: str, name: str, namespace: str) -> dict[str, Any]:
+        """GET the (Cluster)TrainingRuntime a TrainJob names."""
+        plural = RUNTIME_PLURALS[kind]
+        if kind == "ClusterTrainingRuntime":
+            request: Callable[[], Any] = lambda: self._custom.get_cluster_custom_object(  # noqa: E731
+                wire.TRAINER_GROUP, wire.TRAINER_VERSION, plural, name,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        else:
+            request = lambda: self._custom.get_namespaced_custom_object(  # noqa: E731
+                wire.TRAINER_GROUP, wire.TRAINER_VERSION, namespace, plural, name,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        return as_object(_call(request, what=f"{kind} {name}"))
+
+    def read_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """GET the JobSet Trainer made for a TrainJob; None before it exists."""
+        try:
+            return as_object(
+                _call(
+                    lambda: self._custom.get_namespaced_custom_object(
+                        wire.JOBSET_GROUP, wire.JOBSET_VERSION, namespace, JOBSETS, name,
+                        _request_timeout=REQUEST_TIMEOUT,
+                    ),
+                    what=f"JobSet {namespace}/{name}",
+                )
+            )
+        except NotFound:
+            return None
+
+    # Pods
+
+    def list_pods(self, namespace: str, label_selector: str) -> Iterator[dict[str, Any]]:
+        """LIST pods page by page, so a large JobSet never loads at once."""
+        token: str | None = None
+        while True:
+            page = _call(
+                lambda: self._core.list_namespaced_pod(
+                    namespace, label_selector=label_selector, limit=PAGE_SIZE,
+                    _continue=token, _request_timeout=REQUEST_TIMEOUT,
+                ),
+                what=f"pods {namespace} ({label_selector})",
+            )
+            listed = as_object(page)
+            yield from listed.get("items") or []
+            token = (listed.get("metadata") or {}).get("continue")
+            if not token:
+                return

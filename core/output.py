@@ -1,0 +1,95 @@
+"""The imperative shell every step shares: settings in, logs on stderr, one result out."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from loguru import logger
+
+from core.errors import BadInput, DispatchError
+from core.settings import StepSettings, load_settings
+
+Result = Mapping[str, Any]
+S = TypeVar("S", bound=StepSettings)
+TERMINATION_LOG: Final = Path("/dev/termination-log")
+
+
+def _json_sink(message: Any) -> None:
+    record = message.record
+    line = {
+        "time": record["time"].isoformat(),
+        "level": record["level"].name,
+        "message": record["message"],
+        **record["extra"],
+    }
+    sys.stderr.write(json.dumps(line, default=str) + "\n")
+
+
+def configure_logging(step: str) -> None:
+    """JSON lines on stderr for machines, the human format on a terminal."""
+    logger.remove()
+    if sys.stderr.isatty():
+        logger.add(sys.stderr, level="INFO")
+    else:
+        logger.add(_json_sink, level="INFO")
+    logger.configure(extra={"step": step})
+
+
+def field_text(value: Any) -> str:
+    """How one result field is written to its own file: strings bare, the rest as JSON."""
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def prepare_outputs_dir(outputs_dir: Path) -> None:
+    """Make sure results can be written before the step writes to the cluster."""
+    try:
+        outputs_dir.mkdir(parents=True, exist_ok=True)
+        probe = outputs_dir / ".dispatch-write-check"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise BadInput(f"outputs dir {outputs_dir} is not writable: {e.strerror}") from e
+
+
+def write_outputs(result: Result, outputs_dir: Path) -> None:
+    """One file per field, no trailing newline (Argo valueFrom.path, Tekton results)."""
+    for key, value in result.items():
+        (outputs_dir / key).write_text(field_text(value))
+
+
+def _record_termination(reason: str) -> None:
+    # Kubernetes shows this file's text as the container's termination message.
+    if TERMINATION_LOG.exists():
+        try:
+            TERMINATION_LOG.write_text(reason)
+        except OSError:
+            logger.warning("cannot write the termination log")
+
+
+def entrypoint(
+    run: Callable[[S], Result], settings_cls: type[S], *, step: str
+) -> Callable[[], None]:
+    """Wrap a step's `run` as a console script: exit codes per DESIGN §3."""
+
+    def main() -> None:
+        configure_logging(step)
+        try:
+            settings = load_settings(settings_cls, prog=f"dispatch-{step}", argv=sys.argv[1:])
+            if settings.outputs_dir is not None:
+                prepare_outputs_dir(settings.outputs_dir)
+            result = run(settings)
+            if settings.outputs_dir is not None:
+                write_outputs(result, settings.outputs_dir)
+        except DispatchError as e:
+            reason = str(e).replace("\n", " ")
+            logger.bind(exit_code=e.exit_code, error=type(e).__name__).error(reason)
+            _record_termination(reason)
+            raise SystemExit(e.exit_code) from None
+        sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+        logger.info("done")
+
+    return main

@@ -1,0 +1,57 @@
+"""Wire strings: every key, label and name this project reads or writes, defined once."""
+
+from __future__ import annotations
+
+from typing import Final
+
+DOMAIN: Final = "dispatch.phpboyscout.uk"
+
+# On the trainer pod template, inside this project's runtime patch: A.
+ADMISSION_ANNOTATION: Final = f"{DOMAIN}/admission"
+# On the TrainJob: the highest A ever written, so a rewritten patch cannot lower A.
+ADMISSION_FLOOR_ANNOTATION: Final = f"{DOMAIN}/admission-floor"
+# On the TrainJob: the JobSet UID first seen, to detect a reset of J.
+JOBSET_UID_ANNOTATION: Final = f"{DOMAIN}/jobset-uid"
+# On the TrainJob: the identity of the start request, so a repeated start is recognised.
+JOB_ID_ANNOTATION: Final = f"{DOMAIN}/job-id"
+GENERATION_ANNOTATION: Final = f"{DOMAIN}/generation"
+SUBMISSION_ANNOTATION: Final = f"{DOMAIN}/submission"
+ATTEMPT_ANNOTATION: Final = f"{DOMAIN}/attempt"
+REQUEST_DIGEST_ANNOTATION: Final = f"{DOMAIN}/request-digest"
+# On a (Cluster)TrainingRuntime: its owner allows rank replacement without A or J moving.
+ALLOW_RANK_RESTART_ANNOTATION: Final = f"{DOMAIN}/allow-rank-restart"
+# Manager of this project's entry in spec.runtimePatches.
+PATCH_MANAGER: Final = f"{DOMAIN}/adapter"
+
+# Environment handed to the prologue, and what it hands the job.
+ENV_EPOCH_PREFIX: Final = "DISPATCH_K8S_EPOCH_PREFIX"
+ENV_TOKEN_PREFIX: Final = "DISPATCH_K8S_TOKEN_PREFIX"
+ENV_WORKDIR: Final = "DISPATCH_K8S_WORKDIR"
+ENV_ADMISSION: Final = "DISPATCH_K8S_ADMISSION"
+ENV_RESTART: Final = "DISPATCH_K8S_RESTART"
+ENV_EPOCH: Final = "DISPATCH_EPOCH"
+ENV_ATTEMPT: Final = "DISPATCH_ATTEMPT"
+RESERVED_ENV_PREFIX: Final = "DISPATCH_"
+PROLOGUE_NAME: Final = "dispatch-prologue"  # $0 of the prologue: shows in ps and messages
+
+# Trainer (reference/trainer.md).
+TRAINER_GROUP: Final = "trainer.kubeflow.org"
+TRAINER_VERSION: Final = "v1alpha1"
+ANCESTOR_LABEL: Final = "trainer.kubeflow.org/trainjob-ancestor-step"
+ANCESTOR_TRAINER: Final = "trainer"
+TRAINER_CONTAINER: Final = "node"
+MPI_WORKER_JOB: Final = "node"
+
+# JobSet (reference/jobset.md).
+JOBSET_GROUP: Final = "jobset.x-k8s.io"
+JOBSET_VERSION: Final = "v1alpha2"
+RESTART_ATTEMPT_KEY: Final = "jobset.sigs.k8s.io/restart-attempt"
+JOBSET_NAME_KEY: Final = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_UID_KEY: Final = "jobset.sigs.k8s.io/jobset-uid"
+
+# Kueue (reference/kueue.md).
+KUEUE_GROUP: Final = "kueue.x-k8s.io"
+KUEUE_VERSION: Final = "v1beta2"
+QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
+KUEUE_JOB_UID_LABEL: Final = "kueue.x-k8s.io/job-uid"
+ADMISSION_CHECK_CONTROLLER: Final = f"{DOMAIN}/admission"

@@ -1,0 +1,1 @@
+"""Container entrypoints: each reads, decides with core, writes once and reports."""

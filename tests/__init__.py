@@ -1,0 +1,1 @@
+"""Tests, mirroring the layout: unit, cluster (harness), integration, images, pipelines."""

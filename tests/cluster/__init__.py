@@ -1,0 +1,1 @@
+"""The local control plane: Go-built binaries and the harness that runs them."""

@@ -1,0 +1,220 @@
+"""Build the control plane's Go binaries from their modules, cached outside the repo.
+
+`python -m tests.cluster.binaries build` builds whatever is missing from the cache;
+`python -m tests.cluster.binaries pin` regenerates the wrapper modules from versions.toml.
+Nothing here is downloaded prebuilt: every binary is compiled from the Go module proxy's
+sources with the machine's Go toolchain (DESIGN §4, reference/controlplane.md §1-2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+HERE: Final = Path(__file__).resolve().parent
+VERSIONS_FILE: Final = HERE / "versions.toml"
+MODULES_DIR: Final = HERE / "go"
+WRAPPER_PREFIX: Final = "dispatch-k8s.invalid/testbin"
+GO_DIRECTIVE: Final = "1.26.0"  # the highest `go` line of the pinned upstream modules
+# Stamped into kube-apiserver so /version is real: Kueue gates features on it
+# (reference/controlplane.md, Pitfalls).
+KUBE_VERSION_PACKAGES: Final = (
+    "k8s.io/component-base/version",
+    "k8s.io/client-go/pkg/version",
+)
+
+
+def cache_root() -> Path:
+    """Where built binaries live: never inside the repository."""
+    configured = os.environ.get("DISPATCH_TESTBIN_CACHE")
+    if configured:
+        return Path(configured)
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "dispatch-k8s" / "testbin"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Component:
+    """One upstream project, built from its own wrapper module."""
+
+    name: str
+    module: str
+    version: str
+    binaries: dict[str, str]  # binary name -> main package
+
+    @property
+    def wrapper_dir(self) -> Path:
+        """The wrapper module that pins this component's dependency graph."""
+        return MODULES_DIR / self.name
+
+    def ldflags(self) -> str:
+        """Linker flags: stripped, and for Kubernetes the release version stamped in."""
+        flags = ["-s", "-w"]
+        if self.module == "k8s.io/kubernetes":
+            major, minor = self.version.removeprefix("v").split(".")[:2]
+            for package in KUBE_VERSION_PACKAGES:
+                flags += [
+                    f"-X {package}.gitVersion={self.version}",
+                    f"-X {package}.gitMajor={major}",
+                    f"-X {package}.gitMinor={minor}",
+                    f"-X {package}.gitTreeState=clean",
+                    f"-X {package}.gitCommit={'0' * 40}",
+                    f"-X {package}.buildDate=1970-01-01T00:00:00Z",
+                ]
+        return " ".join(flags)
+
+    def cache_key(self, go_version: str) -> str:
+        """Hash of everything that changes the binaries."""
+        digest = hashlib.sha256()
+        for part in (
+            go_version,
+            (self.wrapper_dir / "go.mod").read_text(),
+            (self.wrapper_dir / "go.sum").read_text(),
+            self.ldflags(),
+            json.dumps(self.binaries, sort_keys=True),
+        ):
+            digest.update(part.encode())
+            digest.update(b"\0")
+        return digest.hexdigest()[:16]
+
+
+def components() -> list[Component]:
+    """The pinned components, in build order (largest first)."""
+    table = tomllib.loads(VERSIONS_FILE.read_text())
+    return [
+        Component(
+            name=name,
+            module=entry["module"],
+            version=entry["version"],
+            binaries=dict(entry["binaries"]),
+        )
+        for name, entry in table.items()
+    ]
+
+
+def _go(*args: str, cwd: Path, capture: bool = False) -> str:
+    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-trimpath -buildvcs=false"}
+    done = subprocess.run(
+        ["go", *args], cwd=cwd, env=env, check=True, text=True,
+        stdout=subprocess.PIPE if capture else None,
+    )
+    return done.stdout if capture else ""
+
+
+def go_version() -> str:
+    """`go version`, part of every cache key."""
+    return subprocess.run(
+        ["go", "version"], check=True, text=True, stdout=subprocess.PIPE
+    ).stdout.strip()
+
+
+def module_dir(module: str, version: str) -> Path:
+    """The extracted source of `module@version` in the Go module cache (downloads if needed)."""
+    out = _go("mod", "download", "-json", f"{module}@{version}", cwd=Path.cwd(), capture=True)
+    info = json.loads(out)
+    if "Error" in info:
+        raise RuntimeError(f"go mod download {module}@{version}: {info['Error']}")
+    return Path(info["Dir"])
+
+
+def _kubernetes_staging_modules(version: str) -> list[str]:
+    """The staging modules k8s.io/kubernetes replaces with ./staging paths at `version`."""
+    out = _go("mod", "download", "-json", f"k8s.io/kubernetes@{version}", cwd=Path.cwd(),
+              capture=True)
+    gomod = Path(json.loads(out)["GoMod"]).read_text()
+    staging = []
+    for line in gomod.splitlines():
+        words = line.split()
+        if len(words) >= 3 and words[1] == "=>" and words[2].startswith("./staging/"):
+            staging.append(words[0])
+    return staging
+
+
+def pin(component: Component) -> None:
+    """Regenerate the wrapper module of `component` (go.mod and go.sum)."""
+    wrapper = component.wrapper_dir
+    shutil.rmtree(wrapper, ignore_errors=True)
+    wrapper.mkdir(parents=True)
+    (wrapper / "go.mod").write_text(
+        f"module {WRAPPER_PREFIX}/{component.name}\n\ngo {GO_DIRECTIVE}\n"
+    )
+    _go("mod", "edit", f"-require={component.module}@{component.version}", cwd=wrapper)
+    kube_version = component.version if component.module == "k8s.io/kubernetes" else None
+    if kube_version:
+        # Go ignores a dependency's replace lines, so the wrapper must map every staging
+        # module to its published v0.X.Y tag (reference/controlplane.md §1).
+        staging_tag = "v0." + kube_version.removeprefix("v1.")
+        for staging in _kubernetes_staging_modules(kube_version):
+            _go("mod", "edit", f"-replace={staging}={staging}@{staging_tag}", cwd=wrapper)
+    for package in component.binaries.values():
+        _go("mod", "edit", f"-tool={package}", cwd=wrapper)
+    _go("mod", "tidy", cwd=wrapper)
+
+
+def binary_dir(component: Component, go_version_text: str) -> Path:
+    """Where the binaries of `component` are cached for this Go toolchain."""
+    return cache_root() / f"{component.name}-{component.cache_key(go_version_text)}"
+
+
+def build(component: Component, go_version_text: str) -> Path:
+    """Build `component` unless its cache entry is complete; return the cache entry."""
+    target = binary_dir(component, go_version_text)
+    if (target / ".ok").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{component.name}-", dir=target.parent))
+    started = time.monotonic()
+    for binary, package in component.binaries.items():
+        _go("build", "-ldflags", component.ldflags(), "-o", str(staging / binary), package,
+            cwd=component.wrapper_dir)
+    (staging / ".ok").write_text(f"{time.monotonic() - started:.0f}s\n")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)  # atomic: a half-built entry is never seen as complete
+    return target
+
+
+def binaries(go_version_text: str | None = None) -> dict[str, Path]:
+    """Paths of every built binary, building whatever is missing."""
+    version = go_version_text or go_version()
+    paths: dict[str, Path] = {}
+    for component in components():
+        built = build(component, version)
+        for binary in component.binaries:
+            paths[binary] = built / binary
+    return paths
+
+
+def main(argv: list[str]) -> int:
+    """Entry point: `pin [NAME…]` or `build`."""
+    command, *names = argv or ["build"]
+    chosen = [c for c in components() if not names or c.name in names]
+    if command == "pin":
+        for component in chosen:
+            pin(component)
+        return 0
+    if command == "build":
+        version = go_version()
+        for component in chosen:
+            started = time.monotonic()
+            built = build(component, version)
+            sys.stderr.write(
+                f"{component.name} {component.version}: {built} "
+                f"({time.monotonic() - started:.0f}s)\n"
+            )
+        return 0
+    sys.stderr.write("usage: python -m tests.cluster.binaries [pin|build] [NAME...]\n")
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

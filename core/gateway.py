@@ -8,6 +8,7 @@ writes only where the server surely did not apply them (429, connection refused)
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import urllib3
-from kubernetes import client, config
+from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
@@ -106,7 +107,7 @@ def _call(request: Callable[[], T], *, what: str, write: bool = False) -> T:
 def as_object(value: Any) -> dict[str, Any]:
     """Narrow what the client returns to the plain JSON dict every caller works with."""
     if hasattr(value, "to_dict"):
-        value = client.ApiClient().sanitize_for_serialization(value)
+        value = client.ApiClient().sanitize_for_serialization(value)  # type: ignore[no-untyped-call]
     if not isinstance(value, dict):
         raise TypeError(f"expected a JSON object, got {type(value).__name__}")
     return value
@@ -124,10 +125,10 @@ class Gateway:
         """In-cluster config inside a pod, else the kubeconfig (DESIGN §3)."""
         try:
             if os.environ.get("KUBERNETES_SERVICE_HOST") and kubeconfig is None:
-                config.load_incluster_config()
+                config.load_incluster_config()  # type: ignore[no-untyped-call]
                 return cls(client.ApiClient())
             configuration = client.Configuration()
-            config.load_kube_config(
+            config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=str(kubeconfig) if kubeconfig else None,
                 context=context,
                 client_configuration=configuration,
@@ -143,7 +144,11 @@ class Gateway:
         return as_object(
             _call(
                 lambda: self._custom.get_namespaced_custom_object(
-                    wire.TRAINER_GROUP, wire.TRAINER_VERSION, namespace, TRAINJOBS, name,
+                    wire.TRAINER_GROUP,
+                    wire.TRAINER_VERSION,
+                    namespace,
+                    TRAINJOBS,
+                    name,
                     _request_timeout=REQUEST_TIMEOUT,
                 ),
                 what=f"TrainJob {namespace}/{name}",
@@ -157,32 +162,41 @@ class Gateway:
         try:
             created = _call(
                 lambda: self._custom.create_namespaced_custom_object(
-                    wire.TRAINER_GROUP, wire.TRAINER_VERSION, meta["namespace"], TRAINJOBS,
-                    dict(trainjob), _request_timeout=REQUEST_TIMEOUT,
+                    wire.TRAINER_GROUP,
+                    wire.TRAINER_VERSION,
+                    meta["namespace"],
+                    TRAINJOBS,
+                    dict(trainjob),
+                    _request_timeout=REQUEST_TIMEOUT,
                 ),
                 what=what,
                 write=True,
             )
         except PreconditionFailed as e:
             cause = e.__cause__
-            if isinstance(cause, ApiException) and cause.reason == "Conflict" and (
-                "already exists" in _status_message(cause)
+            if (
+                isinstance(cause, ApiException)
+                and cause.reason == "Conflict"
+                and ("already exists" in _status_message(cause))
             ):
                 return None
             raise
         return as_object(created)
 
-    def update_trainjob(
-        self, trainjob: Mapping[str, Any], resource_version: str
-    ) -> dict[str, Any]:
+    def update_trainjob(self, trainjob: Mapping[str, Any], resource_version: str) -> dict[str, Any]:
         """PUT the TrainJob only if the server still holds `resource_version` (else 409)."""
         meta = trainjob["metadata"]
         body = {**trainjob, "metadata": {**meta, "resourceVersion": resource_version}}
         return as_object(
             _call(
                 lambda: self._custom.replace_namespaced_custom_object(
-                    wire.TRAINER_GROUP, wire.TRAINER_VERSION, meta["namespace"], TRAINJOBS,
-                    meta["name"], body, _request_timeout=REQUEST_TIMEOUT,
+                    wire.TRAINER_GROUP,
+                    wire.TRAINER_VERSION,
+                    meta["namespace"],
+                    TRAINJOBS,
+                    meta["name"],
+                    body,
+                    _request_timeout=REQUEST_TIMEOUT,
                 ),
                 what=f"TrainJob {meta['namespace']}/{meta['name']}",
                 write=True,
@@ -196,12 +210,19 @@ class Gateway:
         plural = RUNTIME_PLURALS[kind]
         if kind == "ClusterTrainingRuntime":
             request: Callable[[], Any] = lambda: self._custom.get_cluster_custom_object(  # noqa: E731
-                wire.TRAINER_GROUP, wire.TRAINER_VERSION, plural, name,
+                wire.TRAINER_GROUP,
+                wire.TRAINER_VERSION,
+                plural,
+                name,
                 _request_timeout=REQUEST_TIMEOUT,
             )
         else:
             request = lambda: self._custom.get_namespaced_custom_object(  # noqa: E731
-                wire.TRAINER_GROUP, wire.TRAINER_VERSION, namespace, plural, name,
+                wire.TRAINER_GROUP,
+                wire.TRAINER_VERSION,
+                namespace,
+                plural,
+                name,
                 _request_timeout=REQUEST_TIMEOUT,
             )
         return as_object(_call(request, what=f"{kind} {name}"))
@@ -212,7 +233,11 @@ class Gateway:
             return as_object(
                 _call(
                     lambda: self._custom.get_namespaced_custom_object(
-                        wire.JOBSET_GROUP, wire.JOBSET_VERSION, namespace, JOBSETS, name,
+                        wire.JOBSET_GROUP,
+                        wire.JOBSET_VERSION,
+                        namespace,
+                        JOBSETS,
+                        name,
                         _request_timeout=REQUEST_TIMEOUT,
                     ),
                     what=f"JobSet {namespace}/{name}",
@@ -221,6 +246,99 @@ class Gateway:
         except NotFound:
             return None
 
+    # Kueue Workloads
+
+    def read_workload(self, namespace: str, name: str) -> dict[str, Any]:
+        """GET one Workload."""
+        return as_object(
+            _call(
+                lambda: self._custom.get_namespaced_custom_object(
+                    wire.KUEUE_GROUP,
+                    wire.KUEUE_VERSION,
+                    namespace,
+                    WORKLOADS,
+                    name,
+                    _request_timeout=REQUEST_TIMEOUT,
+                ),
+                what=f"Workload {namespace}/{name}",
+            )
+        )
+
+    def _list_workloads(self, namespace: str, label_selector: str) -> dict[str, Any]:
+        return as_object(
+            _call(
+                lambda: self._custom.list_namespaced_custom_object(
+                    wire.KUEUE_GROUP,
+                    wire.KUEUE_VERSION,
+                    namespace,
+                    WORKLOADS,
+                    label_selector=label_selector,
+                    _request_timeout=REQUEST_TIMEOUT,
+                ),
+                what=f"Workloads {namespace} ({label_selector})",
+            )
+        )
+
+    def list_workloads(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        """LIST the Workloads that match a label selector (one request)."""
+        return list(self._list_workloads(namespace, label_selector).get("items") or [])
+
+    def watch_workloads(
+        self, namespace: str, label_selector: str, *, timeout: float
+    ) -> Iterator[dict[str, Any]]:
+        """Every version of the matching Workloads: the current ones, then changes."""
+        deadline = time.monotonic() + timeout
+        listed = self._list_workloads(namespace, label_selector)
+        yield from listed.get("items") or []
+        version = listed["metadata"]["resourceVersion"]
+        while (left := deadline - time.monotonic()) > 0:
+            stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
+                self._custom.list_namespaced_custom_object,
+                wire.KUEUE_GROUP,
+                wire.KUEUE_VERSION,
+                namespace,
+                WORKLOADS,
+                label_selector=label_selector,
+                resource_version=version,
+                timeout_seconds=max(1, int(left)),
+                allow_watch_bookmarks=True,
+            )
+            try:
+                for event in stream:
+                    obj = as_object(event["object"])
+                    version = obj.get("metadata", {}).get("resourceVersion", version)
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        yield obj
+            except ApiException as e:
+                if e.status == 410:  # the watch window expired: list again from now
+                    yield from self.watch_workloads(
+                        namespace, label_selector, timeout=deadline - time.monotonic()
+                    )
+                    return
+                raise error_for(e, f"watch Workloads {namespace}") from e
+
+    def apply_workload_status(self, workload: Mapping[str, Any], *, manager: str) -> dict[str, Any]:
+        """Server-side apply to workloads/status; the body's resourceVersion is the precondition."""
+        meta = workload["metadata"]
+        return as_object(
+            _call(
+                lambda: self._custom.patch_namespaced_custom_object_status(
+                    wire.KUEUE_GROUP,
+                    wire.KUEUE_VERSION,
+                    meta["namespace"],
+                    WORKLOADS,
+                    meta["name"],
+                    dict(workload),
+                    field_manager=manager,
+                    force=True,
+                    _content_type="application/apply-patch+yaml",
+                    _request_timeout=REQUEST_TIMEOUT,
+                ),
+                what=f"Workload {meta['namespace']}/{meta['name']} status",
+                write=True,
+            )
+        )
+
     # Pods
 
     def list_pods(self, namespace: str, label_selector: str) -> Iterator[dict[str, Any]]:
@@ -228,9 +346,13 @@ class Gateway:
         token: str | None = None
         while True:
             page = _call(
-                lambda: self._core.list_namespaced_pod(
-                    namespace, label_selector=label_selector, limit=PAGE_SIZE,
-                    _continue=token, _request_timeout=REQUEST_TIMEOUT,
+                functools.partial(
+                    self._core.list_namespaced_pod,
+                    namespace,
+                    label_selector=label_selector,
+                    limit=PAGE_SIZE,
+                    _continue=token,
+                    _request_timeout=REQUEST_TIMEOUT,
                 ),
                 what=f"pods {namespace} ({label_selector})",
             )

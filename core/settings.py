@@ -115,3 +115,28 @@ class StartSettings(StepSettings):
             return parse_start_request(fields)
         except RequestError as e:
             raise BadInput(f"start request refused: {e}") from e
+
+
+class TrainJobSettings(StepSettings):
+    """A step that acts on one TrainJob."""
+
+    namespace: str = "default"
+    name: str
+
+
+class AdmitSettings(TrainJobSettings):
+    """`dispatch-admit`: raise A for the Workload's current reservation."""
+
+    check: str = "dispatch-admission"
+    wait: bool = False
+    timeout: float = 300.0  # seconds --wait watches for an admission to act on
+
+
+class ApproveSettings(StepSettings):
+    """`dispatch-approve`: mark the check Ready for the reservation admit raised A for."""
+
+    namespace: str = "default"
+    workload: str
+    workload_resource_version: str
+    admission: int
+    check: str = "dispatch-admission"

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Any, Final, NewType
 
 from core import wire
+from core.identity import IdentityError, next_admission, parse_counter
 from core.prologue import wrap_command
 from core.request import StartRequest
 
@@ -115,3 +118,143 @@ def recorded_identity(trainjob: Mapping[str, Any]) -> dict[str, str | None]:
     """The identity annotations of a TrainJob, None where one is absent."""
     annotations = trainjob.get("metadata", {}).get("annotations") or {}
     return {key: annotations.get(key) for key in IDENTITY_ANNOTATIONS}
+
+
+ResourceVersion = NewType("ResourceVersion", str)
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a decision says no; the step turns it into exit 6."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Raise:
+    """A decided raise of A, tied to the resourceVersion it was decided on."""
+
+    admission: int
+    resource_version: ResourceVersion
+    jobset_uid: str | None  # recorded in the same update when first seen, else None
+
+
+def _patch_entry(trainjob: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for entry in trainjob.get("spec", {}).get("runtimePatches") or []:
+        if isinstance(entry, Mapping) and entry.get("manager") == wire.PATCH_MANAGER:
+            return entry
+    return None
+
+
+def _patched_pod_templates(entry: Mapping[str, Any]) -> list[Any]:
+    spec = entry.get("trainingRuntimeSpec", {}).get("template", {}).get("spec", {})
+    return [
+        job.get("template", {}).get("spec", {}).get("template", {})
+        for job in spec.get("replicatedJobs") or []
+    ]
+
+
+def admission_in_patch(trainjob: Mapping[str, Any]) -> int | Refusal:
+    """A as this project's runtime patch holds it; a missing or garbled A is refused."""
+    entry = _patch_entry(trainjob)
+    if entry is None:
+        return Refusal(f"spec.runtimePatches has no entry of manager {wire.PATCH_MANAGER}")
+    values = [
+        (pod.get("metadata", {}).get("annotations") or {}).get(wire.ADMISSION_ANNOTATION)
+        for pod in _patched_pod_templates(entry)
+    ]
+    if not values:
+        return Refusal(f"the {wire.PATCH_MANAGER} runtime patch names no replicated job")
+    try:
+        where = f"{wire.ADMISSION_ANNOTATION} in the patch"
+        return max(parse_counter(value, name=where) for value in values)
+    except IdentityError as e:
+        return Refusal(str(e))
+
+
+def admission_floor(trainjob: Mapping[str, Any]) -> int | Refusal:
+    """The floor annotation: the highest A ever written."""
+    annotations = trainjob.get("metadata", {}).get("annotations") or {}
+    try:
+        return parse_counter(
+            annotations.get(wire.ADMISSION_FLOOR_ANNOTATION),
+            name=f"annotation {wire.ADMISSION_FLOOR_ANNOTATION}",
+        )
+    except IdentityError as e:
+        return Refusal(str(e))
+
+
+def active_replicated_job(jobset: Mapping[str, Any] | None) -> str | None:
+    """The first replicated job of the JobSet that still has active Jobs, if any."""
+    for status in (jobset or {}).get("status", {}).get("replicatedJobsStatus") or []:
+        if (status.get("active") or 0) > 0:
+            return str(status.get("name"))
+    return None
+
+
+def decide_raise(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None) -> Raise | Refusal:
+    """Return the next A for a suspended TrainJob, or why it may not be raised."""
+    name = trainjob["metadata"]["name"]
+    if trainjob.get("spec", {}).get("suspend") is not True:
+        return Refusal(
+            f"TrainJob {name}: spec.suspend is not true: A may change only while suspended"
+        )
+    busy = active_replicated_job(jobset)
+    if busy is not None:
+        # Trainer's webhook refuses any runtimePatches change until this drains
+        # (reference/trainer.md, Pitfalls).
+        return Refusal(
+            f"TrainJob {name}: JobSet replicated job {busy} still has active Jobs; wait until "
+            "status.replicatedJobsStatus[].active is 0 for every replicated job, then run again"
+        )
+    in_patch = admission_in_patch(trainjob)
+    if isinstance(in_patch, Refusal):
+        return Refusal(f"TrainJob {name}: {in_patch.reason}")
+    floor = admission_floor(trainjob)
+    if isinstance(floor, Refusal):
+        return Refusal(f"TrainJob {name}: {floor.reason}")
+    try:
+        admission = next_admission(in_patch=in_patch, floor=floor)
+    except IdentityError as e:
+        return Refusal(f"TrainJob {name}: {e}")
+    return Raise(
+        admission=admission,
+        resource_version=ResourceVersion(trainjob["metadata"]["resourceVersion"]),
+        jobset_uid=jobset_uid_to_record(trainjob, jobset),
+    )
+
+
+def jobset_uid_to_record(
+    trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None
+) -> str | None:
+    """The JobSet UID to record now: only on first sight; a different one is for audit."""
+    annotations = trainjob.get("metadata", {}).get("annotations") or {}
+    if jobset is None or annotations.get(wire.JOBSET_UID_ANNOTATION):
+        return None
+    return str(jobset["metadata"]["uid"])
+
+
+def with_admission(
+    trainjob: Mapping[str, Any], decision: Raise, *, suspend: bool | None = None
+) -> dict[str, Any]:
+    """The TrainJob with A raised in the patch and the floor, all in one object to PUT."""
+    raised = copy.deepcopy(dict(trainjob))
+    value = str(decision.admission)
+    for entry in raised["spec"]["runtimePatches"]:
+        if entry.get("manager") == wire.PATCH_MANAGER:
+            for pod in _patched_pod_templates(entry):
+                metadata = pod.setdefault("metadata", {})
+                metadata.setdefault("annotations", {})[wire.ADMISSION_ANNOTATION] = value
+    annotations = raised["metadata"].setdefault("annotations", {})
+    annotations[wire.ADMISSION_FLOOR_ANNOTATION] = value
+    if decision.jobset_uid is not None:
+        annotations[wire.JOBSET_UID_ANNOTATION] = decision.jobset_uid
+    if suspend is not None:
+        raised["spec"]["suspend"] = suspend
+    return raised
+
+
+def is_kueue_managed(trainjob: Mapping[str, Any]) -> bool:
+    """Kueue owns the suspension of a TrainJob that carries its queue label."""
+    labels = trainjob.get("metadata", {}).get("labels") or {}
+    return bool(labels.get(wire.QUEUE_LABEL))

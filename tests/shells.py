@@ -50,7 +50,9 @@ def shell_argv0(shell: Shell, links: Path) -> str:
     return str(link)
 
 
-def resolve_downward_env(env: list[Mapping[str, object]], pod: Mapping[str, object]) -> dict[str, str]:
+def resolve_downward_env(
+    env: list[Mapping[str, object]], pod: Mapping[str, object]
+) -> dict[str, str]:
     """Resolve a container's env as the kubelet would, fieldRefs from `pod` ('' when absent)."""
     metadata = pod.get("metadata")
     assert isinstance(metadata, Mapping)

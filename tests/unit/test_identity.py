@@ -43,14 +43,45 @@ def test_parse_counter_accepts_canonical_decimals(text: str, value: int) -> None
 
 @pytest.mark.parametrize(
     "text",
-    [None, "", "01", "00", "-1", "+1", " 1", "1 ", "1\n", "0x1", "1e3", "1.0", "1000000",
-     "\u0661", "\uff11", "1_0"],
-    ids=["unset", "empty", "leading-zero", "double-zero", "negative", "plus", "space-before",
-         "space-after", "newline", "hex", "exponent", "fraction", "seven-digits",
-         "arabic-indic-digit", "fullwidth-digit", "underscore"],
+    [
+        None,
+        "",
+        "01",
+        "00",
+        "-1",
+        "+1",
+        " 1",
+        "1 ",
+        "1\n",
+        "0x1",
+        "1e3",
+        "1.0",
+        "1000000",
+        "\u0661",
+        "\uff11",
+        "1_0",
+    ],
+    ids=[
+        "unset",
+        "empty",
+        "leading-zero",
+        "double-zero",
+        "negative",
+        "plus",
+        "space-before",
+        "space-after",
+        "newline",
+        "hex",
+        "exponent",
+        "fraction",
+        "seven-digits",
+        "arabic-indic-digit",
+        "fullwidth-digit",
+        "underscore",
+    ],
 )
 def test_parse_counter_refuses_everything_else(text: str | None) -> None:
-    with pytest.raises(IdentityError, match="^A "):
+    with pytest.raises(IdentityError, match=r"^A "):
         parse_counter(text, name="A")
 
 
@@ -65,8 +96,15 @@ def test_parse_counter_refuses_everything_else(text: str | None) -> None:
         ({"job_id": ".hidden"}, "job ID"),
         ({"attempt": -1}, "negative"),
     ],
-    ids=["n-too-large", "prefix-zero", "epoch-overflows", "empty-job-id", "space-in-job-id",
-         "job-id-leading-dot", "negative-attempt"],
+    ids=[
+        "n-too-large",
+        "prefix-zero",
+        "epoch-overflows",
+        "empty-job-id",
+        "space-in-job-id",
+        "job-id-leading-dot",
+        "negative-attempt",
+    ],
 )
 def test_identity_bounds_are_checked_up_front(overrides: dict[str, object], message: str) -> None:
     with pytest.raises(IdentityError, match=message):
@@ -109,8 +147,9 @@ def test_epoch_is_ordered_by_r_and_decimal_shaped(g: int, n: int, r1: int, step:
         n = 1
     ident = identity(generation=g, submission=n)
     r2 = min(r1 + step, 999_999)
-    first, later = epoch(ident, Counts(admission=r1, restart=0)), epoch(
-        ident, Counts(admission=0, restart=r2)
+    first, later = (
+        epoch(ident, Counts(admission=r1, restart=0)),
+        epoch(ident, Counts(admission=0, restart=r2)),
     )
     assert later > first
     assert str(first) == f"{g * 10**6 + n}{r1:06d}"

@@ -71,14 +71,23 @@ def run_prologue(
 
 def test_wrapped_command_hands_the_user_command_over_as_positional_words() -> None:
     assert wrap_command(["python", "train.py"]) == [
-        "/bin/sh", "-c", PROLOGUE, "dispatch-prologue", "python", "train.py",
+        "/bin/sh",
+        "-c",
+        PROLOGUE,
+        "dispatch-prologue",
+        "python",
+        "train.py",
     ]
 
 
 @pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s.name)
 def test_first_execution_sees_r_1(shell: Shell, links: Path, tmp_path: Path) -> None:
     seen = run_prologue(
-        shell, links, admission="1", restart="0", command=[*REPORT, "a b", "$HOME", "*", "-n", ""],
+        shell,
+        links,
+        admission="1",
+        restart="0",
+        command=[*REPORT, "a b", "$HOME", "*", "-n", ""],
         workdir=str(tmp_path),
     )
     assert seen.code == 0, seen.stderr
@@ -92,16 +101,33 @@ def test_first_execution_sees_r_1(shell: Shell, links: Path, tmp_path: Path) -> 
 
 
 # Words a shell would split, glob, expand or execute if the prologue re-parsed them.
-HOSTILE_WORDS = ["$(touch pwned)", "`touch pwned`", "; touch pwned", "'", '"', "\\", "\n", "*",
-                 "${HOME}", "%s%n", "-e", "a\tb", " "]
+HOSTILE_WORDS = [
+    "$(touch pwned)",
+    "`touch pwned`",
+    "; touch pwned",
+    "'",
+    '"',
+    "\\",
+    "\n",
+    "*",
+    "${HOME}",
+    "%s%n",
+    "-e",
+    "a\tb",
+    " ",
+]
 NON_ASCII_WORDS = ["\u00e9\u2603", "\U0001f600"]
 
 
 @pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s.name)
 def test_user_words_reach_exec_verbatim(shell: Shell, links: Path, tmp_path: Path) -> None:
     seen = run_prologue(
-        shell, links, admission="1", restart="0",
-        command=["/usr/bin/printf", "[%s]", *HOSTILE_WORDS], workdir=str(tmp_path),
+        shell,
+        links,
+        admission="1",
+        restart="0",
+        command=["/usr/bin/printf", "[%s]", *HOSTILE_WORDS],
+        workdir=str(tmp_path),
     )
     assert seen.code == 0, seen.stderr
     assert seen.stdout == "".join(f"[{w}]" for w in HOSTILE_WORDS)
@@ -115,8 +141,12 @@ def test_non_ascii_words_reach_exec_verbatim(shell: Shell, links: Path) -> None:
     # set; the other seven shells pass bytes through in any locale.
     locale = "C.UTF-8" if shell.binary == "yash" else None
     seen = run_prologue(
-        shell, links, admission="1", restart="0",
-        command=["/usr/bin/printf", "[%s]", *NON_ASCII_WORDS], locale=locale,
+        shell,
+        links,
+        admission="1",
+        restart="0",
+        command=["/usr/bin/printf", "[%s]", *NON_ASCII_WORDS],
+        locale=locale,
     )
     assert seen.code == 0, seen.stderr
     assert seen.stdout == "".join(f"[{w}]" for w in NON_ASCII_WORDS)
@@ -152,7 +182,9 @@ REFUSED_COUNTERS = [
 
 @pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s.name)
 @pytest.mark.parametrize(
-    ("admission", "restart"), [c[1:] for c in REFUSED_COUNTERS], ids=[c[0] for c in REFUSED_COUNTERS]
+    ("admission", "restart"),
+    [c[1:] for c in REFUSED_COUNTERS],
+    ids=[c[0] for c in REFUSED_COUNTERS],
 )
 def test_bad_counters_exit_125_with_one_dispatch_line(
     shell: Shell, links: Path, admission: str | None, restart: str | None
@@ -194,7 +226,9 @@ job_ids = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True)
 
 
 @pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s.name)
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     job_id=job_ids,
     generation=st.integers(0, 9_223_371),

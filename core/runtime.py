@@ -1,0 +1,328 @@
+"""Runtime requirements (DESIGN §2): what a (Cluster)TrainingRuntime must state to be dispatched.
+
+allowRankRestart is the runtime annotation `dispatch.phpboyscout.uk/allow-rank-restart: "true"`.
+The platform engineer who owns the runtime knows whether its ranks may be replaced without A or J
+moving; a start request cannot override that, so there is no start setting for it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from core.wire import (
+    ALLOW_RANK_RESTART_ANNOTATION,
+    ANCESTOR_LABEL,
+    ANCESTOR_TRAINER,
+    MPI_WORKER_JOB,
+)
+
+# A runtime's spec.template.spec is a full JobSetSpec (reference/trainer.md §4).
+JOBSET_SPEC: Final = "spec.template.spec"
+_ALLOW_PATH: Final = f"metadata.annotations['{ALLOW_RANK_RESTART_ANNOTATION}']"
+_UNMOVED: Final = "moving neither A nor J"
+
+# Only the failed child Job is recreated: status.restarts (J) stays the same (jobset.md §1.5).
+_JOB_RESTART_ACTIONS: Final = frozenset({"RestartJob", "RestartJobAndIgnoreMaxRestarts"})
+
+# torchrun restarts every local worker in place up to --max-restarts times (PET_MAX_RESTARTS is
+# its env form). A flag word at the end of a string takes its value from the next word.
+_IN_PROCESS_RESTARTS: Final = re.compile(r"(--max[-_]restarts(?:=|\s+|$)|\bPET_MAX_RESTARTS=)(\S*)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Violation:
+    """One setting that keeps a runtime from being dispatched, and what is required instead."""
+
+    path: str  # full field path from the runtime's root
+    message: str  # what is required, and why
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+def decide_violations(runtime: Mapping[str, Any]) -> tuple[Violation, ...]:
+    """Return every violation of the runtime requirements; empty means dispatch-ready."""
+    check = _Check()
+    allow_rank_restart = _allows_rank_restart(runtime, check)
+    spec = check.mapping(runtime.get("spec"), "spec")
+    template = check.mapping(spec.get("template"), "spec.template")
+    jobset = check.mapping(template.get("spec"), JOBSET_SPEC)
+    if not allow_rank_restart:
+        _check_failure_policy(jobset, check)
+    for path, job_template in _checked_jobs(spec, jobset, check):
+        _check_job(path, job_template, check, allow_rank_restart=allow_rank_restart)
+    return tuple(check.violations)
+
+
+def build_refusal(runtime: Mapping[str, Any], violations: Sequence[Violation]) -> str:
+    """Return the one-line refusal naming the runtime and each violation's field path."""
+    metadata = runtime.get("metadata")
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    name = f"{_word(runtime.get('kind'))}/{_word(metadata.get('name'))}"
+    if metadata.get("namespace"):
+        name += f" in namespace {_word(metadata.get('namespace'))}"
+    return f"{name} is not dispatch-ready: " + "; ".join(map(str, violations))
+
+
+def trainer_job_name(runtime: Mapping[str, Any]) -> str | None:
+    """Return the name of the trainer job (the first labelled ancestor step trainer), if any."""
+    for job in _entries(_at(runtime, "spec", "template", "spec", "replicatedJobs")):
+        if _at(job, "template", "metadata", "labels", ANCESTOR_LABEL) == ANCESTOR_TRAINER:
+            return _name_of(job)
+    return None
+
+
+class _Check:
+    """Collects violations while walking one runtime; a malformed shape is one, never a crash."""
+
+    def __init__(self) -> None:
+        self.violations: list[Violation] = []
+
+    def refuse(self, path: str, message: str) -> None:
+        self.violations.append(Violation(path=path, message=message))
+
+    def mapping(self, value: Any, path: str) -> Mapping[str, Any]:
+        """Return `value` as a mapping; unset is empty, any other shape is refused."""
+        if value is None:
+            return {}
+        if isinstance(value, Mapping):
+            return value
+        self.refuse(path, f"must be a mapping, not {_shape(value)}")
+        return {}
+
+    def items(self, value: Any, path: str) -> Sequence[Any]:
+        """Return `value` as a list; unset is empty, any other shape is refused."""
+        if value is None:
+            return ()
+        if isinstance(value, list):
+            return value
+        self.refuse(path, f"must be a list, not {_shape(value)}")
+        return ()
+
+    def mappings(self, value: Any, path: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+        """Yield each entry of a list of mappings with its path, refusing any other entry."""
+        for index, item in enumerate(self.items(value, path)):
+            item_path = f"{path}[{index}]"
+            if isinstance(item, Mapping):
+                yield item_path, item
+            else:
+                self.refuse(item_path, f"must be a mapping, not {_shape(item)}")
+
+
+def _allows_rank_restart(runtime: Mapping[str, Any], check: _Check) -> bool:
+    metadata = check.mapping(runtime.get("metadata"), "metadata")
+    annotations = check.mapping(metadata.get("annotations"), "metadata.annotations")
+    value = annotations.get(ALLOW_RANK_RESTART_ANNOTATION)
+    if value == "true":
+        return True
+    if value is not None and value != "":
+        # Refused, not read as false: the owner of a typo ("yes", "True") learns it did nothing.
+        check.refuse(_ALLOW_PATH, f'must be "true" or absent, not {_shown(value)}')
+    return False
+
+
+def _checked_jobs(
+    spec: Mapping[str, Any], jobset: Mapping[str, Any], check: _Check
+) -> list[tuple[str, Mapping[str, Any]]]:
+    """Return the path and Job template of the trainer job, and of MPI's `node` workers."""
+    ml_policy = check.mapping(spec.get("mlPolicy"), "spec.mlPolicy")
+    is_mpi = ml_policy.get("mpi") is not None
+    jobs_path = f"{JOBSET_SPEC}.replicatedJobs"
+    checked: list[tuple[str, Mapping[str, Any]]] = []
+    trainer_found = False
+    for path, job in check.mappings(jobset.get("replicatedJobs"), jobs_path):
+        template = check.mapping(job.get("template"), f"{path}.template")
+        metadata = check.mapping(template.get("metadata"), f"{path}.template.metadata")
+        labels = check.mapping(metadata.get("labels"), f"{path}.template.metadata.labels")
+        is_trainer = labels.get(ANCESTOR_LABEL) == ANCESTOR_TRAINER
+        if is_trainer and not _name_of(job):
+            check.refuse(f"{path}.name", "must be stated: the runtime patch names the trainer job")
+        trainer_found = trainer_found or is_trainer
+        # MPI ranks run in the sshd workers too, so they fail and restart like the launcher.
+        if is_trainer or (is_mpi and job.get("name") == MPI_WORKER_JOB):
+            checked.append((f"{path}.template", template))
+    if not trainer_found:
+        check.refuse(jobs_path, f"must hold the trainer job, labelled {ANCESTOR_LABEL}: trainer")
+    return checked
+
+
+def _check_job(
+    path: str, job_template: Mapping[str, Any], check: _Check, *, allow_rank_restart: bool
+) -> None:
+    job_path = f"{path}.spec"
+    job = check.mapping(job_template.get("spec"), job_path)
+    pod_template = check.mapping(job.get("template"), f"{job_path}.template")
+    pod_path = f"{job_path}.template.spec"
+    pod = check.mapping(pod_template.get("spec"), pod_path)
+    # Required even with allowRankRestart (DESIGN §2): these are the defaults every upstream
+    # runtime inherits unstated, so no runtime passes by accident; the annotation opts in only to
+    # the explicit mechanisms checked below.
+    _require_restart_policy_never(pod.get("restartPolicy"), f"{pod_path}.restartPolicy", check)
+    _require_backoff_limit_zero(job.get("backoffLimit"), f"{job_path}.backoffLimit", check)
+    if allow_rank_restart:
+        return
+    for field in ("backoffLimitPerIndex", "maxFailedIndexes"):
+        if job.get(field) is not None:
+            check.refuse(
+                f"{job_path}.{field}", f"must be unset: it retries a failed index, {_UNMOVED}"
+            )
+    policy = check.mapping(job.get("podFailurePolicy"), f"{job_path}.podFailurePolicy")
+    for rule_path, rule in check.mappings(
+        policy.get("rules"), f"{job_path}.podFailurePolicy.rules"
+    ):
+        if rule.get("action") == "Ignore":
+            check.refuse(
+                f"{rule_path}.action",
+                f"must not be Ignore: the failure is not counted and the pod is replaced, "
+                f"{_UNMOVED}",
+            )
+    for field in ("initContainers", "containers"):
+        for container_path, container in check.mappings(pod.get(field), f"{pod_path}.{field}"):
+            _check_container(container_path, container, check)
+
+
+def _require_restart_policy_never(value: Any, path: str, check: _Check) -> None:
+    if value is None:
+        check.refuse(
+            path,
+            "must be stated as Never: unset, JobSet defaults it to OnFailure and the kubelet "
+            f"restarts a failed container in place, {_UNMOVED}",
+        )
+    elif value != "Never":
+        check.refuse(
+            path,
+            f"must be Never, not {_shown(value)}: the kubelet would restart a failed container "
+            f"in place, {_UNMOVED}",
+        )
+
+
+def _require_backoff_limit_zero(value: Any, path: str, check: _Check) -> None:
+    if value is None:
+        check.refuse(
+            path,
+            "must be stated as 0: unset, Kubernetes defaults it to 6 and the Job controller "
+            f"replaces a failed pod, {_UNMOVED}",
+        )
+    elif not (type(value) is int and value == 0):  # `type`: YAML false is not 0
+        check.refuse(
+            path,
+            f"must be 0, not {_shown(value)}: the Job controller would replace a failed pod, "
+            f"{_UNMOVED}",
+        )
+
+
+def _check_container(path: str, container: Mapping[str, Any], check: _Check) -> None:
+    # An explicit Never restarts nothing; any other container-level policy (KEP-5307 rules, or
+    # Always on an init container) makes the kubelet restart it in place even when the pod says
+    # Never. Sidecars (init containers with Always) count as a rank restart: the sidecar is part
+    # of the rank's pod, runs without the prologue, and nothing in the spec tells a stateless
+    # proxy from one that does the rank's work (loading data, uploading its checkpoints), so the
+    # runtime's owner must vouch for it with allowRankRestart.
+    policy = container.get("restartPolicy")
+    if policy is not None and policy != "Never":
+        check.refuse(
+            f"{path}.restartPolicy",
+            f"must be unset or Never, not {_shown(policy)}: the kubelet restarts the container "
+            f"in place, {_UNMOVED}",
+        )
+    if container.get("restartPolicyRules"):
+        check.refuse(
+            f"{path}.restartPolicyRules",
+            f"must be unset: a Restart rule restarts the container in place, {_UNMOVED}",
+        )
+    for env_path, var in check.mappings(container.get("env"), f"{path}.env"):
+        if var.get("name") == "PET_MAX_RESTARTS" and not _is_zero(var.get("value")):
+            value_path = f"{env_path}.value" if "value" in var else env_path
+            check.refuse(
+                value_path,
+                f'PET_MAX_RESTARTS must be the literal "0": torchrun restarts the ranks in place, '
+                f"{_UNMOVED}",
+            )
+    _check_command(path, container, check)
+
+
+def _check_command(path: str, container: Mapping[str, Any], check: _Check) -> None:
+    """Refuse a non-zero torchrun restart count in command or args, also inside a shell script."""
+    words: list[tuple[str, str]] = []
+    for field in ("command", "args"):
+        for index, word in enumerate(check.items(container.get(field), f"{path}.{field}")):
+            word_path = f"{path}.{field}[{index}]"
+            if isinstance(word, str):
+                words.append((word_path, word))
+            else:
+                check.refuse(word_path, f"must be a string, not {_shown(word)}")
+    for index, (word_path, word) in enumerate(words):
+        for match in _IN_PROCESS_RESTARTS.finditer(word):
+            value = match.group(2)
+            if not value and match.end() == len(word) and index + 1 < len(words):
+                value = words[index + 1][1]  # the flag's value is the next word
+            if not _is_zero(value.strip("'\"")):
+                flag = match.group(1).rstrip().rstrip("=")
+                check.refuse(
+                    word_path,
+                    f"{flag} must be 0, not {_shown(value)}: torchrun restarts the ranks in "
+                    f"place, {_UNMOVED}",
+                )
+                break
+
+
+def _check_failure_policy(jobset: Mapping[str, Any], check: _Check) -> None:
+    path = f"{JOBSET_SPEC}.failurePolicy"
+    policy = check.mapping(jobset.get("failurePolicy"), path)
+    if policy.get("restartStrategy") == "InPlaceRestart":
+        check.refuse(
+            f"{path}.restartStrategy",
+            f"must not be InPlaceRestart: pods restart in place, {_UNMOVED}; "
+            "use Recreate or BlockingRecreate",
+        )
+    for rule_path, rule in check.mappings(policy.get("rules"), f"{path}.rules"):
+        action = rule.get("action")
+        if isinstance(action, str) and action in _JOB_RESTART_ACTIONS:
+            check.refuse(
+                f"{rule_path}.action",
+                f"must not be {action}: only the failed Job is recreated, {_UNMOVED}; "
+                "use RestartJobSet or FailJobSet",
+            )
+
+
+def _at(value: Any, *keys: str) -> Any:
+    """Return the value under `keys`, or None where a level is missing or not a mapping."""
+    for key in keys:
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return value
+
+
+def _entries(value: Any) -> list[Mapping[str, Any]]:
+    return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
+
+
+def _name_of(job: Mapping[str, Any]) -> str | None:
+    name = job.get("name")
+    return name if isinstance(name, str) and name else None
+
+
+def _is_zero(value: Any) -> bool:
+    return isinstance(value, str) and re.fullmatch(r"0+", value) is not None
+
+
+def _shape(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    return _shown(value)
+
+
+def _shown(value: Any) -> str:
+    """Return `value` quoted on one short line, for a message."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
+def _word(value: Any) -> str:
+    return value if isinstance(value, str) and value.isprintable() and value else _shown(value)

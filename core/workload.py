@@ -1,0 +1,137 @@
+"""Kueue gates: which Workload reservation to raise A for, and the approval tied to it.
+
+An admission-check controller acts only on a Workload with quota reserved, not evicted,
+not finished, and its check Pending (reference/kueue.md §3-4, §9): an evicted Workload
+still shows QuotaReserved=True with checks reset to Pending until its pods are gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from core import wire
+from core.trainjob import Refusal, ResourceVersion
+
+TRAINJOB_KIND: Final = "TrainJob"
+READY: Final = "Ready"
+PENDING: Final = "Pending"
+CHECK_MANAGER: Final = wire.ADMISSION_CHECK_CONTROLLER  # field manager of our status writes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reservation:
+    """One quota reservation of a Workload, as read before A is raised for it."""
+
+    workload: str
+    resource_version: ResourceVersion  # the approval is preconditioned on it
+    reserved_at: str  # lastTransitionTime of QuotaReserved: tells reservations apart
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """Nothing to act on now (not a refusal: a later admission may be)."""
+
+    reason: str
+
+
+def _condition(workload: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for condition in workload.get("status", {}).get("conditions") or []:
+        if condition.get("type") == kind:
+            return condition  # type: ignore[no-any-return]
+    return None
+
+
+def _is_true(workload: Mapping[str, Any], kind: str) -> bool:
+    condition = _condition(workload, kind)
+    return condition is not None and condition.get("status") == "True"
+
+
+def check_state(workload: Mapping[str, Any], check: str) -> str | None:
+    """The state of admission check `check` on the Workload, None if it does not list it."""
+    for state in workload.get("status", {}).get("admissionChecks") or []:
+        if state.get("name") == check:
+            return str(state.get("state"))
+    return None
+
+
+def owner_trainjob(workload: Mapping[str, Any]) -> str | None:
+    """The name of the TrainJob that controls this Workload, if a TrainJob does."""
+    for owner in workload.get("metadata", {}).get("ownerReferences") or []:
+        if (
+            owner.get("controller")
+            and owner.get("kind") == TRAINJOB_KIND
+            and str(owner.get("apiVersion", "")).startswith(f"{wire.TRAINER_GROUP}/")
+        ):
+            return str(owner.get("name"))
+    return None
+
+
+def decide_reservation(
+    workload: Mapping[str, Any], *, trainjob: str, check: str
+) -> Reservation | Skip | Refusal:
+    """Whether A should be raised for this Workload's current reservation."""
+    name = workload["metadata"]["name"]
+    owner = owner_trainjob(workload)
+    if owner != trainjob:
+        return Refusal(
+            f"Workload {name} is controlled by {owner or 'no TrainJob'}, not TrainJob {trainjob}"
+        )
+    state = check_state(workload, check)
+    if state is None:
+        return Refusal(
+            f"Workload {name} does not list admission check {check}: is it on the ClusterQueue?"
+        )
+    reserved = _condition(workload, "QuotaReserved")
+    for kind, reason in (
+        ("Finished", "is finished"),
+        ("Evicted", "is evicted: wait for its next reservation"),
+    ):
+        if _is_true(workload, kind):
+            return Skip(f"Workload {name} {reason}")
+    if reserved is None or reserved.get("status") != "True":
+        return Skip(f"Workload {name} has no quota reserved yet")
+    if state != PENDING:
+        return Skip(f"Workload {name}: admission check {check} is {state}, not {PENDING}")
+    return Reservation(
+        workload=name,
+        resource_version=ResourceVersion(workload["metadata"]["resourceVersion"]),
+        reserved_at=str(reserved.get("lastTransitionTime")),
+    )
+
+
+def build_approval(
+    workload: Mapping[str, Any],
+    *,
+    check: str,
+    resource_version: ResourceVersion,
+    admission: int,
+    now: str,
+) -> dict[str, Any]:
+    """A server-side-apply body setting only our check Ready, preconditioned on the read.
+
+    `admissionChecks` is a map list keyed by name, so sending our entry alone leaves the
+    other checks' entries to their owners (reference/kueue.md §4).
+    """
+    meta = workload["metadata"]
+    return {
+        "apiVersion": f"{wire.KUEUE_GROUP}/{wire.KUEUE_VERSION}",
+        "kind": "Workload",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta["uid"],
+            "resourceVersion": resource_version,
+        },
+        "status": {
+            "admissionChecks": [
+                {
+                    "name": check,
+                    "state": READY,
+                    "message": f"dispatch: admission count raised to {admission}",
+                    "lastTransitionTime": now,
+                }
+            ]
+        },
+    }

@@ -1,0 +1,69 @@
+"""`dispatch-admit`: Kueue gate 1: raise A in the suspended TrainJob for this reservation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from loguru import logger
+
+from core import output, trainjob, wire, workload
+from core.errors import Refused, Transient
+from core.gateway import Gateway
+from core.settings import AdmitSettings
+
+
+def _reservation_among(
+    workloads: Iterable[dict[str, Any]], settings: AdmitSettings
+) -> workload.Reservation | workload.Skip:
+    skipped = workload.Skip(f"no Workload of TrainJob {settings.name} yet")
+    for candidate in workloads:
+        decision = workload.decide_reservation(
+            candidate, trainjob=settings.name, check=settings.check
+        )
+        if isinstance(decision, trainjob.Refusal):
+            raise Refused(decision.reason)
+        if isinstance(decision, workload.Reservation):
+            return decision
+        logger.bind(reason=decision.reason).debug("not yet")
+        skipped = decision
+    return skipped
+
+
+def run(settings: AdmitSettings) -> output.Result:
+    """Find the reservation, read the TrainJob and JobSet, raise A once, report."""
+    gateway = Gateway.connect(kubeconfig=settings.kubeconfig, context=settings.context)
+    job = gateway.read_trainjob(settings.namespace, settings.name)
+    selector = f"{wire.KUEUE_JOB_UID_LABEL}={job['metadata']['uid']}"
+    if settings.wait:
+        watched = gateway.watch_workloads(settings.namespace, selector, timeout=settings.timeout)
+        found = _reservation_among(watched, settings)
+        if isinstance(found, workload.Skip):
+            raise Transient(f"no admission to act on within {settings.timeout:g}s: {found.reason}")
+        # Kueue may have written the TrainJob while we waited: decide on a fresh read.
+        job = gateway.read_trainjob(settings.namespace, settings.name)
+    else:
+        listed = gateway.list_workloads(settings.namespace, selector)
+        if len(listed) > 1:
+            raise Refused(f"TrainJob {settings.name} has {len(listed)} Workloads; expected one")
+        found = _reservation_among(listed, settings)
+        if isinstance(found, workload.Skip):
+            raise Refused(f"nothing to admit: {found.reason}")
+    jobset = gateway.read_jobset(settings.namespace, settings.name)
+    decision = trainjob.decide_raise(job, jobset)
+    if isinstance(decision, trainjob.Refusal):
+        raise Refused(decision.reason)
+    written = gateway.update_trainjob(
+        trainjob.with_admission(job, decision), decision.resource_version
+    )
+    logger.bind(admission=decision.admission, workload=found.workload).info("raised admission")
+    return {
+        "admission": decision.admission,
+        "resourceVersion": written["metadata"]["resourceVersion"],
+        "workload": found.workload,
+        "workloadResourceVersion": found.resource_version,
+        "reservedAt": found.reserved_at,
+    }
+
+
+main = output.entrypoint(run, AdmitSettings, step="admit")

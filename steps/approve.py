@@ -1,0 +1,45 @@
+"""`dispatch-approve`: Kueue gate 2: mark this project's check Ready for admit's reservation."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from loguru import logger
+
+from core import output, trainjob, workload
+from core.errors import PreconditionFailed, Refused
+from core.gateway import Gateway
+from core.settings import ApproveSettings
+
+
+def run(settings: ApproveSettings) -> output.Result:
+    """Read the Workload, check it is the reservation admit saw, approve once, report."""
+    gateway = Gateway.connect(kubeconfig=settings.kubeconfig, context=settings.context)
+    current = gateway.read_workload(settings.namespace, settings.workload)
+    version = current["metadata"]["resourceVersion"]
+    if version != settings.workload_resource_version:
+        raise PreconditionFailed(
+            f"Workload {settings.workload} changed since admit read it (resourceVersion "
+            f"{settings.workload_resource_version} -> {version}): run admit again"
+        )
+    state = workload.check_state(current, settings.check)
+    if state != workload.PENDING:
+        raise Refused(
+            f"Workload {settings.workload}: check {settings.check} is {state}, not Pending"
+        )
+    body = workload.build_approval(
+        current,
+        check=settings.check,
+        resource_version=trainjob.ResourceVersion(settings.workload_resource_version),
+        admission=settings.admission,
+        now=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+    written = gateway.apply_workload_status(body, manager=workload.CHECK_MANAGER)
+    logger.bind(workload=settings.workload, admission=settings.admission).info("approved")
+    return {
+        "workload": settings.workload,
+        "resourceVersion": written["metadata"]["resourceVersion"],
+    }
+
+
+main = output.entrypoint(run, ApproveSettings, step="approve")

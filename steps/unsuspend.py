@@ -1,0 +1,35 @@
+"""`dispatch-unsuspend`: plain-mode Open and Release: raise A and unsuspend in one update."""
+
+from __future__ import annotations
+
+from loguru import logger
+
+from core import output, trainjob
+from core.errors import Refused
+from core.gateway import Gateway
+from core.settings import TrainJobSettings
+
+
+def run(settings: TrainJobSettings) -> output.Result:
+    """Read the TrainJob and its JobSet, decide, write once, report."""
+    gateway = Gateway.connect(kubeconfig=settings.kubeconfig, context=settings.context)
+    job = gateway.read_trainjob(settings.namespace, settings.name)
+    if trainjob.is_kueue_managed(job):
+        raise Refused(
+            f"TrainJob {settings.name} is queued through Kueue: Kueue owns its suspension; "
+            "use dispatch-admit and dispatch-approve"
+        )
+    jobset = gateway.read_jobset(settings.namespace, settings.name)
+    decision = trainjob.decide_raise(job, jobset)
+    if isinstance(decision, trainjob.Refusal):
+        raise Refused(decision.reason)
+    body = trainjob.with_admission(job, decision, suspend=False)
+    written = gateway.update_trainjob(body, decision.resource_version)
+    logger.bind(admission=decision.admission).info("raised admission and unsuspended")
+    return {
+        "admission": decision.admission,
+        "resourceVersion": written["metadata"]["resourceVersion"],
+    }
+
+
+main = output.entrypoint(run, TrainJobSettings, step="unsuspend")

@@ -1,0 +1,1 @@
+"""Unit tests: pure functions over plain dicts, no cluster."""

@@ -97,9 +97,7 @@ def parse_counter(text: str | None, *, name: str) -> int:
     if text is None or text == "":
         raise IdentityError(f"{name} is missing")
     if len(text) > COUNTER_DIGITS or not _CANONICAL_DECIMAL.fullmatch(text):
-        raise IdentityError(
-            f"{name} {text!r} is not a canonical decimal from 0 to {MAX_R}"
-        )
+        raise IdentityError(f"{name} {text!r} is not a canonical decimal from 0 to {MAX_R}")
     return int(text)
 
 

@@ -12,6 +12,11 @@ ADMISSION_ANNOTATION: Final = f"{DOMAIN}/admission"
 ADMISSION_FLOOR_ANNOTATION: Final = f"{DOMAIN}/admission-floor"
 # On the TrainJob: the JobSet UID first seen, to detect a reset of J.
 JOBSET_UID_ANNOTATION: Final = f"{DOMAIN}/jobset-uid"
+# On the TrainJob: "true" once the audit found a reset; only a person removes it.
+FOREIGN_ANNOTATION: Final = f"{DOMAIN}/foreign"
+# On the TrainJob: the findings behind the foreign flag, for the person who decides.
+FOREIGN_CAUSE_ANNOTATION: Final = f"{DOMAIN}/foreign-cause"
+FOREIGN: Final = "true"
 # On the TrainJob: the identity of the start request, so a repeated start is recognised.
 JOB_ID_ANNOTATION: Final = f"{DOMAIN}/job-id"
 GENERATION_ANNOTATION: Final = f"{DOMAIN}/generation"
@@ -48,6 +53,8 @@ JOBSET_VERSION: Final = "v1alpha2"
 RESTART_ATTEMPT_KEY: Final = "jobset.sigs.k8s.io/restart-attempt"
 JOBSET_NAME_KEY: Final = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_UID_KEY: Final = "jobset.sigs.k8s.io/jobset-uid"
+# Which replicated job a pod runs (reference/jobset.md §4).
+REPLICATED_JOB_NAME_KEY: Final = "jobset.sigs.k8s.io/replicatedjob-name"
 
 # Kueue (reference/kueue.md).
 KUEUE_GROUP: Final = "kueue.x-k8s.io"

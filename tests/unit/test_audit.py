@@ -1,0 +1,452 @@
+"""The audit (DESIGN §2, "Resets are detected, not prevented"): findings and the one write."""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from core.audit import (
+    CAUSE_SEPARATOR,
+    MAX_CAUSE_CHARS,
+    Finding,
+    FindingKind,
+    build_cause,
+    decide_annotations,
+    decide_findings,
+    with_annotations,
+)
+from core.wire import (
+    ADMISSION_ANNOTATION,
+    ADMISSION_FLOOR_ANNOTATION,
+    FOREIGN,
+    FOREIGN_ANNOTATION,
+    FOREIGN_CAUSE_ANNOTATION,
+    JOBSET_UID_ANNOTATION,
+)
+from tests.unit.audit_factories import (
+    NAME,
+    OTHER_UID,
+    UID,
+    jobset_dict,
+    pod_dict,
+    trainjob_dict,
+)
+
+PATCH_A = (
+    f"TrainJob {NAME} spec.runtimePatches[1].trainingRuntimeSpec.template.spec.replicatedJobs[0]"
+    f".template.spec.template.metadata.annotations['{ADMISSION_ANNOTATION}']"
+)
+POD = f"{NAME}-node-0-0-x7k2p"
+POD_A = f"pod {POD} annotation {ADMISSION_ANNOTATION}"
+FLOOR = f"TrainJob {NAME} annotation {ADMISSION_FLOOR_ANNOTATION}"
+RESET = f"JobSet UID {OTHER_UID} is not the recorded {UID}: J may have been reset"
+CANONICAL = re.compile(r"0|[1-9][0-9]{0,5}")
+
+# Not a canonical decimal from 0 to 999,999: what the prologue would refuse with exit 125.
+GARBAGE = pytest.mark.parametrize(
+    "value",
+    ["01", "-1", "+1", "1.0", " 1", "1\n", "0x1", "abc", "1000000", "\uff11", 1],
+    ids=[
+        "leading-zero",
+        "negative",
+        "plus-sign",
+        "fraction",
+        "space",
+        "newline",
+        "hex",
+        "word",
+        "above-bound",
+        "fullwidth-digit",
+        "not-a-string",
+    ],
+)
+
+
+def audit(
+    trainjob: Mapping[str, Any],
+    jobset: Mapping[str, Any] | None = None,
+    pods: Iterable[Mapping[str, Any]] = (),
+) -> tuple[Finding, ...]:
+    # Pods always arrive as a one-pass generator, the way the step streams list pages.
+    return decide_findings(trainjob, jobset, pods=(pod for pod in pods))
+
+
+def reasons(findings: Iterable[Finding]) -> list[str]:
+    return [finding.reason for finding in findings]
+
+
+def kinds(findings: Iterable[Finding]) -> list[FindingKind]:
+    return [finding.kind for finding in findings]
+
+
+# --- A clean job is clean ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("trainjob", "jobset", "pods"),
+    [
+        (trainjob_dict(), jobset_dict(), [pod_dict()]),
+        (trainjob_dict(jobset_uid=UID), jobset_dict(), [pod_dict()]),
+        (trainjob_dict(jobset_uid=UID), None, []),
+        (trainjob_dict(admission="0", floor="0"), None, []),
+        (trainjob_dict(admission="7", floor="5"), jobset_dict(), [pod_dict(admission="6")]),
+        (
+            trainjob_dict(jobset_uid=UID),
+            jobset_dict(),
+            [
+                pod_dict("done", admission=None, jobset_uid=OTHER_UID, phase="Succeeded"),
+                pod_dict("failed", admission="0", jobset_uid=OTHER_UID, phase="Failed"),
+                pod_dict("going", admission="x", jobset_uid=OTHER_UID, terminating=True),
+            ],
+        ),
+        (
+            trainjob_dict(),
+            jobset_dict(),
+            [pod_dict("init", admission=None, replicated_job="dataset-initializer")],
+        ),
+        (
+            trainjob_dict(jobset_uid=UID),
+            jobset_dict(),
+            [pod_dict(jobset_uid=None)],
+        ),
+    ],
+    ids=[
+        "first-sight-nothing-recorded",
+        "recorded-uid-matches",
+        "no-jobset-yet",
+        "never-admitted",
+        "admission-above-floor",
+        "finished-and-terminating-pods-not-checked",
+        "initializer-pod-carries-no-admission",
+        "pod-without-jobset-uid-label",
+    ],
+)
+def test_clean_job_has_no_findings(
+    trainjob: dict[str, Any], jobset: dict[str, Any] | None, pods: list[dict[str, Any]]
+) -> None:
+    assert audit(trainjob, jobset, pods) == ()
+
+
+# --- a. JobSet UID ---------------------------------------------------------------------------
+
+
+def test_replaced_jobset_is_reported_in_exact_words() -> None:
+    findings = audit(trainjob_dict(jobset_uid=UID), jobset_dict(uid=OTHER_UID))
+    assert findings == (Finding(kind=FindingKind.JOBSET_UID, reason=RESET),)
+    assert str(findings[0]) == RESET
+
+
+@pytest.mark.parametrize(
+    ("jobset", "pods"),
+    [
+        (jobset_dict(), [pod_dict(jobset_uid=OTHER_UID)]),
+        (jobset_dict(), [pod_dict(f"p{i}", jobset_uid=OTHER_UID) for i in range(3)]),
+        (jobset_dict(uid=OTHER_UID), [pod_dict(f"p{i}", jobset_uid=OTHER_UID) for i in range(3)]),
+        (None, [pod_dict(jobset_uid=OTHER_UID)]),
+    ],
+    ids=["one-pod", "many-pods", "jobset-and-its-pods", "pods-without-jobset"],
+)
+def test_live_pod_of_another_jobset_is_the_same_finding_once(
+    jobset: dict[str, Any] | None, pods: list[dict[str, Any]]
+) -> None:
+    assert reasons(audit(trainjob_dict(jobset_uid=UID), jobset, pods)) == [RESET]
+
+
+def test_each_foreign_jobset_uid_is_reported() -> None:
+    third = "00000000-0000-0000-0000-000000000003"
+    pods = [pod_dict("a", jobset_uid=OTHER_UID), pod_dict("b", jobset_uid=third)]
+    found = reasons(audit(trainjob_dict(jobset_uid=UID), jobset_dict(uid=OTHER_UID), pods))
+    assert found == [RESET, f"JobSet UID {third} is not the recorded {UID}: J may have been reset"]
+
+
+@pytest.mark.parametrize("recorded", ["", 7], ids=["blank", "not-a-string"])
+def test_blanked_jobset_uid_record_is_a_finding(recorded: Any) -> None:
+    findings = audit(trainjob_dict(jobset_uid=recorded), jobset_dict())
+    assert kinds(findings) == [FindingKind.JOBSET_UID]
+    assert f"annotation {JOBSET_UID_ANNOTATION} is {recorded!r}" in findings[0].reason
+
+
+# --- Floor -----------------------------------------------------------------------------------
+
+
+MISSING = pytest.mark.parametrize(
+    ("value", "said"), [(None, "is missing"), ("", "is empty")], ids=["unset", "empty"]
+)
+
+
+@MISSING
+def test_missing_floor_is_a_finding(value: Any, said: str) -> None:
+    assert audit(trainjob_dict(floor=value)) == (
+        Finding(kind=FindingKind.ADMISSION_FLOOR, reason=f"{FLOOR} {said}"),
+    )
+
+
+@GARBAGE
+def test_garbage_floor_is_a_finding(value: Any) -> None:
+    findings = audit(trainjob_dict(floor=value))
+    assert kinds(findings) == [FindingKind.ADMISSION_FLOOR]
+    assert findings[0].reason.startswith(f"{FLOOR} {value!r} is not")
+
+
+def test_without_floor_garbage_admission_is_still_found() -> None:
+    findings = audit(trainjob_dict(floor="x", admission="y"), None, [pod_dict(admission=None)])
+    assert kinds(findings) == [
+        FindingKind.ADMISSION_FLOOR,
+        FindingKind.RUNTIME_PATCH,
+        FindingKind.POD_ADMISSION,
+    ]
+
+
+# --- b. The runtime patch --------------------------------------------------------------------
+
+
+def test_missing_runtime_patch_is_a_finding() -> None:
+    findings = audit(trainjob_dict(patched=False))
+    assert reasons(findings) == [
+        f"TrainJob {NAME} spec.runtimePatches has no entry of manager "
+        "dispatch.phpboyscout.uk/adapter: A is set on no pod"
+    ]
+
+
+def test_runtime_patch_of_no_replicated_job_is_a_finding() -> None:
+    trainjob = trainjob_dict()
+    trainjob["spec"]["runtimePatches"][1]["trainingRuntimeSpec"]["template"]["spec"] = {}
+    assert kinds(audit(trainjob)) == [FindingKind.RUNTIME_PATCH]
+
+
+@MISSING
+def test_missing_admission_in_runtime_patch_is_a_finding(value: Any, said: str) -> None:
+    assert reasons(audit(trainjob_dict(admission=value))) == [f"{PATCH_A} {said}"]
+
+
+@GARBAGE
+def test_garbage_admission_in_runtime_patch_is_a_finding(value: Any) -> None:
+    findings = audit(trainjob_dict(admission=value))
+    assert kinds(findings) == [FindingKind.RUNTIME_PATCH]
+    assert findings[0].reason.startswith(f"{PATCH_A} {value!r} is not")
+
+
+def test_admission_below_floor_in_runtime_patch_is_a_finding() -> None:
+    assert reasons(audit(trainjob_dict(admission="1", floor="2"))) == [
+        f"{PATCH_A} is 1, below the admission floor 2: A may have been reset"
+    ]
+
+
+# --- c. Live pods ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        pod_dict(admission=None),
+        pod_dict(admission=None, phase="Pending"),
+        pod_dict(admission=None, phase="Unknown"),
+        pod_dict(admission=None, replicated_job=None),
+        pod_dict(admission=""),
+    ],
+    ids=["running", "pending", "unknown", "no-replicated-job-label", "empty"],
+)
+def test_live_pod_without_admission_is_a_finding(pod: dict[str, Any]) -> None:
+    said = "is empty" if pod["metadata"]["annotations"] else "is missing"
+    assert audit(trainjob_dict(), jobset_dict(), [pod]) == (
+        Finding(kind=FindingKind.POD_ADMISSION, reason=f"{POD_A} {said}"),
+    )
+
+
+@GARBAGE
+def test_live_pod_with_garbage_admission_is_a_finding(value: Any) -> None:
+    findings = audit(trainjob_dict(), jobset_dict(), [pod_dict(admission=value)])
+    assert kinds(findings) == [FindingKind.POD_ADMISSION]
+    assert findings[0].reason.startswith(f"{POD_A} {value!r} is not")
+
+
+def test_live_pod_below_floor_is_a_finding() -> None:
+    findings = audit(trainjob_dict(admission="3", floor="3"), None, [pod_dict(admission="2")])
+    assert reasons(findings) == [
+        f"{POD_A} is 2, below the admission floor 3: A may have been reset"
+    ]
+
+
+def test_every_offending_pod_is_named() -> None:
+    pods = [pod_dict("ok"), pod_dict("bare", admission=None), pod_dict("low", admission="0")]
+    found = reasons(audit(trainjob_dict(), jobset_dict(), pods))
+    assert [reason.split()[1] for reason in found] == ["bare", "low"]
+
+
+def test_pods_are_consumed_in_one_pass_page_by_page() -> None:
+    consumed: list[str] = []
+
+    def pages() -> Iterator[dict[str, Any]]:
+        for page in ([pod_dict("a"), pod_dict("b")], [pod_dict("c", admission="0")]):
+            for pod in page:
+                consumed.append(pod["metadata"]["name"])
+                yield pod
+
+    stream = pages()
+    findings = decide_findings(trainjob_dict(), jobset_dict(), pods=stream)
+    assert consumed == ["a", "b", "c"]
+    assert [reason.split()[1] for reason in reasons(findings)] == ["c"]
+    assert next(stream, None) is None
+
+
+# --- Properties: A against the floor ---------------------------------------------------------
+
+counters = st.integers(0, 999_999)
+
+
+@given(floor=counters, data=st.data())
+def test_any_admission_at_or_above_floor_is_clean(floor: int, data: st.DataObject) -> None:
+    at_least = st.integers(floor, 999_999)
+    patch = data.draw(at_least)
+    pods = [pod_dict(f"p{i}", admission=str(data.draw(at_least))) for i in range(3)]
+    trainjob = trainjob_dict(admission=str(patch), floor=str(floor), jobset_uid=UID)
+    assert audit(trainjob, jobset_dict(), pods) == ()
+
+
+@given(floor=st.integers(1, 999_999), data=st.data())
+def test_any_admission_below_floor_is_found(floor: int, data: st.DataObject) -> None:
+    below = st.integers(0, floor - 1)
+    trainjob = trainjob_dict(admission=str(data.draw(below)), floor=str(floor))
+    findings = audit(trainjob, jobset_dict(), [pod_dict(admission=str(data.draw(below)))])
+    assert kinds(findings) == [FindingKind.RUNTIME_PATCH, FindingKind.POD_ADMISSION]
+    assert all(f"below the admission floor {floor}:" in reason for reason in reasons(findings))
+
+
+@given(value=st.text(max_size=8))
+def test_pod_admission_is_found_unless_canonical(value: str) -> None:
+    findings = audit(trainjob_dict(floor="0"), None, [pod_dict(admission=value)])
+    assert bool(findings) is not bool(CANONICAL.fullmatch(value))
+
+
+# --- The one write ---------------------------------------------------------------------------
+
+
+def audit_and_decide(
+    trainjob: dict[str, Any],
+    jobset: dict[str, Any] | None,
+    pods: Iterable[dict[str, Any]] = (),
+) -> dict[str, str] | None:
+    findings = audit(trainjob, jobset, pods)
+    return decide_annotations(trainjob, findings, jobset=jobset)
+
+
+def test_first_clean_audit_records_jobset_uid_and_second_writes_nothing() -> None:
+    trainjob, jobset = trainjob_dict(), jobset_dict()
+    first = audit_and_decide(trainjob, jobset, [pod_dict()])
+    assert first == {JOBSET_UID_ANNOTATION: UID}
+    written = with_annotations(trainjob, first)
+    assert audit_and_decide(written, jobset, [pod_dict()]) is None
+
+
+def test_no_jobset_records_nothing() -> None:
+    assert audit_and_decide(trainjob_dict(), None) is None
+
+
+def test_findings_flag_the_trainjob_foreign_with_the_cause() -> None:
+    pods = [pod_dict("bare", admission=None)]
+    decision = audit_and_decide(trainjob_dict(admission="1", floor="2"), jobset_dict(), pods)
+    cause = CAUSE_SEPARATOR.join(
+        [
+            f"{PATCH_A} is 1, below the admission floor 2: A may have been reset",
+            f"pod bare annotation {ADMISSION_ANNOTATION} is missing",
+        ]
+    )
+    # Not a UID finding, so the JobSet is still recorded on first sight in the same write.
+    assert decision == {
+        JOBSET_UID_ANNOTATION: UID,
+        FOREIGN_ANNOTATION: FOREIGN,
+        FOREIGN_CAUSE_ANNOTATION: cause,
+    }
+
+
+def test_replaced_jobset_is_flagged_and_never_recorded() -> None:
+    decision = audit_and_decide(trainjob_dict(jobset_uid=UID), jobset_dict(uid=OTHER_UID))
+    assert decision == {FOREIGN_ANNOTATION: FOREIGN, FOREIGN_CAUSE_ANNOTATION: RESET}
+
+
+def test_uid_finding_without_a_record_records_nothing() -> None:
+    decision = audit_and_decide(trainjob_dict(jobset_uid=""), jobset_dict())
+    assert decision is not None
+    assert JOBSET_UID_ANNOTATION not in decision
+
+
+def test_same_findings_again_write_nothing() -> None:
+    trainjob, jobset = trainjob_dict(jobset_uid=UID), jobset_dict(uid=OTHER_UID)
+    first = audit_and_decide(trainjob, jobset)
+    assert first is not None
+    assert audit_and_decide(with_annotations(trainjob, first), jobset) is None
+
+
+@pytest.mark.parametrize(
+    ("jobset", "pods"),
+    [(jobset_dict(), [pod_dict()]), (jobset_dict(), []), (None, [])],
+    ids=["clean-with-pods", "clean-pods-gone", "clean-jobset-gone"],
+)
+def test_clean_audit_keeps_an_earlier_flag(
+    jobset: dict[str, Any] | None, pods: list[dict[str, Any]]
+) -> None:
+    flagged = trainjob_dict(jobset_uid=UID, foreign=FOREIGN, cause=f"{POD_A} is missing")
+    assert audit_and_decide(flagged, jobset, pods) is None
+
+
+def test_new_findings_on_a_flagged_job_replace_the_cause_and_keep_the_flag() -> None:
+    flagged = trainjob_dict(jobset_uid=UID, foreign=FOREIGN, cause="an earlier finding")
+    decision = audit_and_decide(flagged, jobset_dict(uid=OTHER_UID))
+    assert decision == {FOREIGN_CAUSE_ANNOTATION: RESET}
+
+
+def test_flag_a_person_cleared_is_set_again_by_new_findings() -> None:
+    cleared = trainjob_dict(jobset_uid=UID, foreign="false", cause=RESET)
+    assert audit_and_decide(cleared, jobset_dict(uid=OTHER_UID)) == {FOREIGN_ANNOTATION: FOREIGN}
+
+
+def test_cause_of_many_pods_is_capped_and_counts_what_it_drops() -> None:
+    pods = [pod_dict(f"{NAME}-node-0-{i}-x7k2p", admission=None) for i in range(500)]
+    decision = audit_and_decide(trainjob_dict(jobset_uid=UID), jobset_dict(), pods)
+    assert decision is not None
+    cause = decision[FOREIGN_CAUSE_ANNOTATION]
+    kept = cause.split(CAUSE_SEPARATOR)
+    assert len(cause) <= MAX_CAUSE_CHARS
+    assert kept[-1] == f"and {500 - (len(kept) - 1)} more findings"
+    assert kept[0] == f"pod {NAME}-node-0-0-x7k2p annotation {ADMISSION_ANNOTATION} is missing"
+
+
+def test_one_huge_garbage_value_is_trimmed() -> None:
+    cause = build_cause(["x" * (2 * MAX_CAUSE_CHARS), "short"])
+    assert len(cause) == MAX_CAUSE_CHARS
+    assert cause.endswith(f"[trimmed]{CAUSE_SEPARATOR}and 1 more finding")
+
+
+@given(reasons=st.lists(st.text(min_size=1, max_size=3000), max_size=20))
+def test_cause_never_exceeds_cap(reasons: list[str]) -> None:
+    assert len(build_cause(reasons)) <= MAX_CAUSE_CHARS
+
+
+# --- with_annotations ------------------------------------------------------------------------
+
+
+def test_with_annotations_copies_and_leaves_spec_alone() -> None:
+    trainjob = trainjob_dict(jobset_uid=UID)
+    before = copy.deepcopy(trainjob)
+    updated = with_annotations(trainjob, {FOREIGN_ANNOTATION: FOREIGN})
+    assert trainjob == before
+    assert updated["spec"] == before["spec"]
+    assert updated["spec"] is not trainjob["spec"]
+    assert updated["metadata"]["resourceVersion"] == "4711"
+    assert updated["metadata"]["annotations"] == {
+        **before["metadata"]["annotations"],
+        FOREIGN_ANNOTATION: FOREIGN,
+    }
+
+
+def test_with_annotations_on_a_trainjob_without_annotations() -> None:
+    trainjob = trainjob_dict()
+    del trainjob["metadata"]["annotations"]
+    updated = with_annotations(trainjob, {JOBSET_UID_ANNOTATION: UID})
+    assert updated["metadata"]["annotations"] == {JOBSET_UID_ANNOTATION: UID}

@@ -1,0 +1,35 @@
+"""`dispatch-audit`: detect resets, record the JobSet UID, flag the TrainJob foreign."""
+
+from __future__ import annotations
+
+from loguru import logger
+
+from core import audit, output, trainjob, wire
+from core.errors import Foreign
+from core.gateway import Gateway
+from core.settings import TrainJobSettings
+
+
+def run(settings: TrainJobSettings) -> output.Result:
+    """Read the TrainJob, its JobSet and pods; write at most one annotation update."""
+    gateway = Gateway.connect(kubeconfig=settings.kubeconfig, context=settings.context)
+    job = gateway.read_trainjob(settings.namespace, settings.name)
+    jobset = gateway.read_jobset(settings.namespace, settings.name)
+    pods = gateway.list_pods(settings.namespace, f"{wire.JOBSET_NAME_KEY}={settings.name}")
+    findings = audit.decide_findings(job, jobset, pods=pods)
+    changes = audit.decide_annotations(job, findings, jobset=jobset)
+    version = job["metadata"]["resourceVersion"]
+    if changes:
+        body = audit.with_annotations(job, changes)
+        written = gateway.update_trainjob(body, trainjob.ResourceVersion(version))
+        version = written["metadata"]["resourceVersion"]
+        logger.bind(annotations=sorted(changes)).info("updated TrainJob annotations")
+    for finding in findings:
+        logger.bind(kind=str(finding.kind)).warning(finding.reason)
+    if findings:
+        cause = audit.build_cause([finding.reason for finding in findings])
+        raise Foreign(f"TrainJob {settings.name} flagged foreign: {cause}")
+    return {"findings": 0, "resourceVersion": version, "recorded": bool(changes)}
+
+
+main = output.entrypoint(run, TrainJobSettings, step="audit")

@@ -1,0 +1,102 @@
+"""The raise decision and the one object each raise writes (DESIGN §2 'Raising A')."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from core import wire
+from core.trainjob import (
+    Raise,
+    Refusal,
+    ResourceVersion,
+    admission_in_patch,
+    decide_raise,
+    is_kueue_managed,
+    with_admission,
+)
+from tests.unit.audit_factories import UID, jobset_dict, trainjob_dict
+
+
+def suspended(**overrides: Any) -> dict[str, Any]:
+    job = trainjob_dict(**overrides)
+    job["spec"]["suspend"] = True
+    return job
+
+
+def test_raise_takes_the_larger_of_patch_and_floor_plus_one() -> None:
+    decision = decide_raise(suspended(admission="2", floor="5"), None)
+    assert decision == Raise(admission=6, resource_version=ResourceVersion("4711"), jobset_uid=None)
+
+
+def test_running_trainjob_is_refused() -> None:
+    decision = decide_raise(trainjob_dict(), None)
+    assert isinstance(decision, Refusal)
+    assert "spec.suspend is not true" in decision.reason
+
+
+def test_active_jobset_is_refused_with_what_to_wait_for() -> None:
+    jobset = jobset_dict()
+    jobset["status"]["replicatedJobsStatus"] = [{"name": "node", "active": 1}]
+    decision = decide_raise(suspended(), jobset)
+    assert isinstance(decision, Refusal)
+    assert "replicated job node still has active Jobs" in decision.reason
+    assert "active is 0" in decision.reason
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        ({"patched": False}, "no entry of manager"),
+        ({"admission": None}, "is missing"),
+        ({"admission": "01"}, "not a canonical decimal"),
+        ({"floor": None}, "admission-floor is missing"),
+        ({"floor": "x"}, "not a canonical decimal"),
+        ({"admission": "999999"}, "bound is reached"),
+    ],
+    ids=["no-patch", "no-a", "garbage-a", "no-floor", "garbage-floor", "bound"],
+)
+def test_garbage_is_refused_not_guessed(overrides: dict[str, Any], says: str) -> None:
+    decision = decide_raise(suspended(**overrides), None)
+    assert isinstance(decision, Refusal)
+    assert says in decision.reason
+
+
+def test_first_sight_of_the_jobset_records_its_uid() -> None:
+    decision = decide_raise(suspended(), jobset_dict())
+    assert isinstance(decision, Raise)
+    assert decision.jobset_uid == UID
+    recorded = decide_raise(suspended(jobset_uid="other"), jobset_dict())
+    assert isinstance(recorded, Raise)
+    assert recorded.jobset_uid is None, "a recorded UID is never overwritten: audit compares"
+
+
+def test_with_admission_writes_patch_and_floor_and_nothing_else() -> None:
+    job = suspended(admission="2", floor="2")
+    decision = Raise(admission=3, resource_version=ResourceVersion("4711"), jobset_uid=UID)
+    written = with_admission(job, decision, suspend=False)
+    assert admission_in_patch(written) == 3
+    annotations = written["metadata"]["annotations"]
+    assert annotations[wire.ADMISSION_FLOOR_ANNOTATION] == "3"
+    assert annotations[wire.JOBSET_UID_ANNOTATION] == UID
+    assert written["spec"]["suspend"] is False
+    assert written["spec"]["runtimePatches"][0] == job["spec"]["runtimePatches"][0]
+    assert written["spec"]["trainer"] == job["spec"]["trainer"]
+    assert admission_in_patch(job) == 2, "the object read is left as it was"
+
+
+@given(a=st.integers(0, 999_998), floor=st.integers(0, 999_998))
+def test_raise_always_passes_both(a: int, floor: int) -> None:
+    decision = decide_raise(suspended(admission=str(a), floor=str(floor)), None)
+    assert isinstance(decision, Raise)
+    assert decision.admission > max(a, floor)
+
+
+def test_queue_label_marks_kueue_management() -> None:
+    job = trainjob_dict()
+    assert not is_kueue_managed(job)
+    job["metadata"]["labels"] = {wire.QUEUE_LABEL: "team-a"}
+    assert is_kueue_managed(job)

@@ -1,0 +1,116 @@
+"""Which Workload reservation admit acts on, and the approval it leads to."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from core import wire
+from core.trainjob import Refusal, ResourceVersion
+from core.workload import Reservation, Skip, build_approval, decide_reservation
+
+CHECK = "dispatch-admission"
+
+
+def workload_dict(
+    *,
+    state: str = "Pending",
+    reserved: str = "True",
+    evicted: str | None = None,
+    finished: str | None = None,
+    owner: str = "train-1",
+    owner_kind: str = "TrainJob",
+    checks: bool = True,
+) -> dict[str, Any]:
+    conditions = [
+        {"type": "QuotaReserved", "status": reserved, "lastTransitionTime": "2026-11-30T10:00:00Z"}
+    ]
+    for kind, condition in (("Evicted", evicted), ("Finished", finished)):
+        if condition is not None:
+            conditions.append({"type": kind, "status": condition})
+    status: dict[str, Any] = {"conditions": conditions}
+    if checks:
+        status["admissionChecks"] = [
+            {"name": "other-check", "state": "Ready"},
+            {"name": CHECK, "state": state},
+        ]
+    return {
+        "metadata": {
+            "name": "trainjob-train-1-1a2b3",
+            "namespace": "team-a",
+            "uid": "wl-uid",
+            "resourceVersion": "900",
+            "ownerReferences": [
+                {
+                    "apiVersion": "trainer.kubeflow.org/v1alpha1",
+                    "kind": owner_kind,
+                    "name": owner,
+                    "controller": True,
+                }
+            ],
+        },
+        "status": status,
+    }
+
+
+def test_pending_check_on_a_reservation_is_acted_on() -> None:
+    decision = decide_reservation(workload_dict(), trainjob="train-1", check=CHECK)
+    assert decision == Reservation(
+        workload="trainjob-train-1-1a2b3",
+        resource_version=ResourceVersion("900"),
+        reserved_at="2026-11-30T10:00:00Z",
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        ({"reserved": "False"}, "no quota reserved"),
+        ({"evicted": "True"}, "is evicted"),
+        ({"finished": "True"}, "is finished"),
+        ({"state": "Ready"}, "is Ready, not Pending"),
+        ({"state": "Retry"}, "is Retry, not Pending"),
+    ],
+    ids=["unreserved", "evicted-still-reserved", "finished", "already-ready", "retry"],
+)
+def test_workloads_not_to_act_on_are_skipped(overrides: dict[str, Any], says: str) -> None:
+    decision = decide_reservation(workload_dict(**overrides), trainjob="train-1", check=CHECK)
+    assert isinstance(decision, Skip)
+    assert says in decision.reason
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        ({"owner": "someone-else"}, "controlled by someone-else"),
+        ({"owner_kind": "Job"}, "controlled by no TrainJob"),
+        ({"checks": False}, "does not list admission check"),
+    ],
+    ids=["other-trainjob", "other-controller", "check-not-on-queue"],
+)
+def test_foreign_workloads_are_refused(overrides: dict[str, Any], says: str) -> None:
+    decision = decide_reservation(workload_dict(**overrides), trainjob="train-1", check=CHECK)
+    assert isinstance(decision, Refusal)
+    assert says in decision.reason
+
+
+def test_approval_sets_only_our_check_and_carries_the_precondition() -> None:
+    body = build_approval(
+        workload_dict(),
+        check=CHECK,
+        resource_version=ResourceVersion("900"),
+        admission=4,
+        now="2026-11-30T10:00:05Z",
+    )
+    assert body["metadata"]["resourceVersion"] == "900"
+    assert body["metadata"]["uid"] == "wl-uid"
+    assert body["apiVersion"] == f"{wire.KUEUE_GROUP}/{wire.KUEUE_VERSION}"
+    assert body["status"]["admissionChecks"] == [
+        {
+            "name": CHECK,
+            "state": "Ready",
+            "message": "dispatch: admission count raised to 4",
+            "lastTransitionTime": "2026-11-30T10:00:05Z",
+        }
+    ]

@@ -40,6 +40,7 @@ class StartRequest(BaseModel):
     num_nodes: Annotated[int, Field(ge=1)] | None = None
     resources_per_node: dict[Literal["limits", "requests"], dict[str, Quantity]] | None = None
     queue: Annotated[str, Field(min_length=1, max_length=63)] | None = None
+    priority_class: Annotated[str, Field(min_length=1, max_length=253)] | None = None
     namespace: Annotated[str, Field(min_length=1, max_length=63)] = "default"
     name: str | None = None
 
@@ -77,6 +78,12 @@ class StartRequest(BaseModel):
                 "starting with a letter, ending with a letter or digit, at most 63 characters)"
             )
         return value
+
+    @model_validator(mode="after")
+    def _priority_needs_a_queue(self) -> StartRequest:
+        if self.priority_class is not None and self.queue is None:
+            raise ValueError("priority_class is a Kueue WorkloadPriorityClass: it needs a queue")
+        return self
 
     @model_validator(mode="after")
     def _identity_in_bounds(self) -> StartRequest:

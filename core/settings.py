@@ -100,6 +100,7 @@ class StartSettings(StepSettings):
     num_nodes: int | None = None
     resources_per_node: dict[str, dict[str, str | int]] | None = None
     queue: str | None = None
+    priority_class: str | None = None
     namespace: str | None = None
     name: str | None = None
 

@@ -77,6 +77,8 @@ def build_trainjob(request: StartRequest, *, trainer_job: str) -> dict[str, Any]
     labels = {MANAGED_BY_LABEL: MANAGED_BY}
     if request.queue is not None:
         labels[wire.QUEUE_LABEL] = request.queue
+    if request.priority_class is not None:
+        labels[wire.PRIORITY_CLASS_LABEL] = request.priority_class
     annotations = {
         wire.JOB_ID_ANNOTATION: identity.job_id,
         wire.GENERATION_ANNOTATION: str(identity.generation),

@@ -1,0 +1,1 @@
+"""Step lifecycles on the real control plane (DESIGN §4)."""

@@ -1,0 +1,164 @@
+"""Driving lifecycles on a real control plane: run the steps, play the kubelet, read executions.
+
+Shared by the integration tests and the demo (tests/demo.py). The steps run as the console
+scripts users run. There is no kubelet: pods are moved by writing `pods/status`, and what an
+execution would see is read by resolving the pod's Downward API env from the live pod object
+and running the pod's own command (the real prologue) under /bin/sh.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from kubernetes import client
+
+from core import wire
+from tests.shells import resolve_downward_env
+from tests.wait import wait_until
+
+BIN: Final = Path(sys.executable).parent
+REPORT: Final = 'printf "%s %s\\n" "$DISPATCH_EPOCH" "$DISPATCH_ATTEMPT"'
+DEADLINE: Final = 120.0  # five Go controllers share two cores with the tests
+
+
+@dataclass(frozen=True, slots=True)
+class StepRun:
+    """What one step process did: exit code, its JSON result, its last log line."""
+
+    code: int
+    result: dict[str, Any]
+    stderr: str
+
+    @property
+    def error(self) -> str:
+        """The message of the step's last log record (its one-line error when it failed)."""
+        lines = self.stderr.strip().splitlines()
+        return str(json.loads(lines[-1])["message"]) if lines else ""
+
+
+def run_step(step: str, *args: str, kubeconfig: Path) -> StepRun:
+    """Run `dispatch-<step>` against the cluster, as a pipeline would."""
+    done = subprocess.run(
+        [str(BIN / f"dispatch-{step}"), "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    result = json.loads(done.stdout) if done.returncode == 0 else {}
+    return StepRun(done.returncode, result, done.stderr)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Execution:
+    """What one execution sees: its counters, epoch and attempt token."""
+
+    pod: str
+    admission: int
+    restart: int
+    epoch: int
+    attempt: str
+
+    @property
+    def r(self) -> int:
+        """R = A + J."""
+        return self.admission + self.restart
+
+
+def as_dict(value: object) -> dict[str, Any]:
+    """Narrow a client answer (dict for custom objects, model for core ones) to a dict."""
+    if hasattr(value, "to_dict"):
+        value = client.ApiClient().sanitize_for_serialization(value)  # type: ignore[no-untyped-call]
+    assert isinstance(value, dict)
+    return value
+
+
+class Kubelet:
+    """Plays the kubelet for one namespace: finds pods, moves their phase, runs them."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.core = client.CoreV1Api(api)
+        self.namespace = namespace
+
+    def pods(self, trainjob: str, *, restart: int | None = None) -> list[dict[str, Any]]:
+        """Live trainer pods of the TrainJob's JobSet, optionally of one restart attempt."""
+        selector = f"{wire.JOBSET_NAME_KEY}={trainjob}"
+        if restart is not None:
+            selector += f",{wire.RESTART_ATTEMPT_KEY}={restart}"
+        listed = as_dict(self.core.list_namespaced_pod(self.namespace, label_selector=selector))
+        return [
+            pod
+            for pod in listed["items"]
+            if not pod["metadata"].get("deletionTimestamp")
+            and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+        ]
+
+    def wait_for_pod(
+        self, trainjob: str, *, restart: int, admission: int | None = None
+    ) -> dict[str, Any]:
+        """The first live pod of attempt `restart` (carrying A = `admission` if given)."""
+
+        def ready() -> dict[str, Any] | None:
+            for pod in self.pods(trainjob, restart=restart):
+                annotations = pod["metadata"].get("annotations") or {}
+                if admission is None or annotations.get(wire.ADMISSION_ANNOTATION) == str(
+                    admission
+                ):
+                    return pod
+            return None
+
+        what = f"a pod of {trainjob} with restart-attempt {restart} and A={admission}"
+        return wait_until(ready, what=what, timeout=DEADLINE)
+
+    def set_phase(self, pod: Mapping[str, Any], phase: str) -> None:
+        """Write the pod's phase, as the kubelet would when its container ends."""
+        status: dict[str, Any] = {"phase": phase}
+        if phase == "Failed":
+            status["containerStatuses"] = [
+                {
+                    "name": wire.TRAINER_CONTAINER,
+                    "image": "x",
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 1, "reason": "Error"}},
+                }
+            ]
+        self.core.patch_namespaced_pod_status(
+            pod["metadata"]["name"], self.namespace, {"status": status}
+        )
+
+    def execute(self, pod: Mapping[str, Any]) -> Execution:
+        """Run the pod's trainer command (the real prologue) with its resolved env."""
+        container = next(
+            c for c in pod["spec"]["containers"] if c["name"] == wire.TRAINER_CONTAINER
+        )
+        env = resolve_downward_env(container.get("env") or [], pod)
+        env.pop(wire.ENV_WORKDIR, None)  # the image's directories do not exist on this host
+        env["PATH"] = "/usr/bin:/bin"
+        prologue = container["command"][:4]
+        done = subprocess.run(
+            [*prologue, "/bin/sh", "-c", REPORT],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert done.returncode == 0, f"the prologue refused: {done.stderr}"
+        epoch, attempt = done.stdout.split()
+        labels = pod["metadata"]["labels"]
+        annotations = pod["metadata"]["annotations"]
+        return Execution(
+            pod=pod["metadata"]["name"],
+            admission=int(annotations[wire.ADMISSION_ANNOTATION]),
+            restart=int(labels[wire.RESTART_ATTEMPT_KEY]),
+            epoch=int(epoch),
+            attempt=attempt,
+        )

@@ -1,0 +1,169 @@
+"""Kueue mode with the real Kueue: admit and approve before every admission."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from core import wire
+from tests.integration.conftest import Step, start_args
+from tests.integration.lifecycle import DEADLINE, Kubelet, StepRun, as_dict
+from tests.kueue_objects import KUEUE, KueueSetup, condition
+from tests.wait import wait_until
+
+pytestmark = pytest.mark.integration
+TRAINER = (wire.TRAINER_GROUP, wire.TRAINER_VERSION)
+
+
+def admit_and_approve(step: Step, namespace: str, name: str, check: str) -> StepRun:
+    """The Kueue-mode pipeline for one admission: admit --wait, then approve."""
+    admitted = step(
+        "admit",
+        "--namespace",
+        namespace,
+        "--name",
+        name,
+        "--check",
+        check,
+        "--wait",
+        "--timeout",
+        str(DEADLINE),
+    )
+    assert admitted.code == 0, admitted.error
+    approved = step(
+        "approve",
+        "--namespace",
+        namespace,
+        "--check",
+        check,
+        "--workload",
+        admitted.result["workload"],
+        "--workload-resource-version",
+        admitted.result["workloadResourceVersion"],
+        "--admission",
+        str(admitted.result["admission"]),
+    )
+    assert approved.code == 0, approved.error
+    return admitted
+
+
+def trainjob(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
+    return as_dict(custom.get_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name))
+
+
+def test_readmission_after_preemption_gives_r_2(
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    kueue: KueueSetup,
+    custom: client.CustomObjectsApi,
+) -> None:
+    kueue.install(cpu="1", priorities={f"{namespace}-low": 10, f"{namespace}-high": 1000})
+    queued = {"queue": kueue.local_queue, "resources_per_node": '{"requests":{"cpu":"1"}}'}
+    victim = step(
+        "start",
+        *start_args(
+            namespace, torch_runtime, "victim", priority_class=f"{namespace}-low", **queued
+        ),
+    )
+    assert victim.code == 0, victim.error
+    name = victim.result["name"]
+    assert trainjob(custom, namespace, name)["spec"]["suspend"] is True
+
+    first_admission = admit_and_approve(step, namespace, name, kueue.check)
+    assert first_admission.result["admission"] == 1
+    first = kubelet.execute(kubelet.wait_for_pod(name, restart=0, admission=1))
+    assert (first.admission, first.restart, first.r) == (1, 0, 1)
+    assert trainjob(custom, namespace, name)["spec"]["suspend"] is False, "Kueue unsuspends it"
+
+    preemptor = step(
+        "start",
+        *start_args(
+            namespace, torch_runtime, "preemptor", priority_class=f"{namespace}-high", **queued
+        ),
+    )
+    assert preemptor.code == 0, preemptor.error
+
+    def preempted() -> bool | None:
+        workload = kueue.workload_of(victim.result["uid"])
+        return True if workload and condition(workload, "Evicted") == "True" else None
+
+    wait_until(preempted, what=f"Kueue to preempt {name}", timeout=DEADLINE)
+    admit_and_approve(step, namespace, preemptor.result["name"], kueue.check)
+    kubelet.wait_for_pod(preemptor.result["name"], restart=0, admission=1)
+
+    # The preemptor finishes its work and goes away: the victim is admitted again.
+    custom.delete_namespaced_custom_object(
+        *TRAINER, namespace, "trainjobs", preemptor.result["name"]
+    )
+    second_admission = admit_and_approve(step, namespace, name, kueue.check)
+    assert second_admission.result["admission"] == 2
+    assert second_admission.result["reservedAt"] >= first_admission.result["reservedAt"]
+    second = kubelet.execute(kubelet.wait_for_pod(name, restart=0, admission=2))
+    assert (second.admission, second.restart, second.r) == (2, 0, 2)
+    assert second.epoch > first.epoch
+    assert second.attempt != first.attempt
+
+
+def test_approve_refuses_a_reservation_that_changed_after_admit(
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    kueue: KueueSetup,
+    custom: client.CustomObjectsApi,
+) -> None:
+    kueue.install(cpu="1")
+    started = step(
+        "start",
+        *start_args(
+            namespace,
+            torch_runtime,
+            "changed",
+            queue=kueue.local_queue,
+            resources_per_node='{"requests":{"cpu":"1"}}',
+        ),
+    )
+    assert started.code == 0, started.error
+    name = started.result["name"]
+    admitted = step(
+        "admit",
+        "--namespace",
+        namespace,
+        "--name",
+        name,
+        "--check",
+        kueue.check,
+        "--wait",
+        "--timeout",
+        str(DEADLINE),
+    )
+    assert admitted.code == 0, admitted.error
+    workload = admitted.result["workload"]
+    # The reservation admit raised A for is gone: deactivate, then reactivate the Workload.
+    for active in (False, True):
+        custom.patch_namespaced_custom_object(
+            *KUEUE, namespace, "workloads", workload, {"spec": {"active": active}}
+        )
+    approved = step(
+        "approve",
+        "--namespace",
+        namespace,
+        "--check",
+        kueue.check,
+        "--workload",
+        workload,
+        "--workload-resource-version",
+        admitted.result["workloadResourceVersion"],
+        "--admission",
+        str(admitted.result["admission"]),
+    )
+    assert approved.code == 3
+    assert "changed since admit read it" in approved.error
+    live = kueue.workload_of(started.result["uid"])
+    assert live is not None
+    states = [c["state"] for c in live["status"]["admissionChecks"] if c["name"] == kueue.check]
+    assert states == ["Pending"], "nothing was approved"
+    assert trainjob(custom, namespace, name)["spec"]["suspend"] is True

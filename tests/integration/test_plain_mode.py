@@ -1,0 +1,98 @@
+"""Plain mode on the real control plane: start, Open, a JobSet restart, hold, Release."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from core import wire
+from tests.integration.conftest import Step, start_args
+from tests.integration.lifecycle import DEADLINE, Execution, Kubelet, as_dict
+from tests.wait import wait_until
+
+pytestmark = pytest.mark.integration
+JOBSET = (wire.JOBSET_GROUP, wire.JOBSET_VERSION)
+TRAINER = (wire.TRAINER_GROUP, wire.TRAINER_VERSION)
+
+
+def read_trainjob(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
+    return as_dict(custom.get_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name))
+
+
+def wait_for_drained_jobset(custom: client.CustomObjectsApi, namespace: str, name: str) -> None:
+    def drained() -> bool | None:
+        jobset = as_dict(custom.get_namespaced_custom_object(*JOBSET, namespace, "jobsets", name))
+        statuses = jobset.get("status", {}).get("replicatedJobsStatus") or []
+        return True if statuses and all(not s.get("active") for s in statuses) else None
+
+    wait_until(drained, what=f"JobSet {name} to have no active Jobs", timeout=DEADLINE)
+
+
+def assert_increasing(executions: list[Execution]) -> None:
+    epochs = [e.epoch for e in executions]
+    assert epochs == sorted(set(epochs)), f"epochs must strictly increase: {epochs}"
+    attempts = [e.attempt for e in executions]
+    assert len(set(attempts)) == len(attempts), f"attempts must be unique: {attempts}"
+
+
+def test_release_after_restart_and_hold_gives_r_3(
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    custom: client.CustomObjectsApi,
+) -> None:
+    started = step("start", *start_args(namespace, torch_runtime, "plain-1"))
+    assert started.code == 0, started.error
+    name = started.result["name"]
+    target = ["--namespace", namespace, "--name", name]
+
+    opened = step("unsuspend", *target)
+    assert opened.code == 0, opened.error
+    assert opened.result["admission"] == 1
+    pod = kubelet.wait_for_pod(name, restart=0, admission=1)
+    first = kubelet.execute(pod)
+    assert (first.admission, first.restart, first.r) == (1, 0, 1)
+    assert first.epoch == 3_000_007_000_001
+
+    kubelet.set_phase(pod, "Failed")  # the real JobSet controller restarts: J = 1
+    pod = kubelet.wait_for_pod(name, restart=1, admission=1)
+    restarted = kubelet.execute(pod)
+    assert (restarted.admission, restarted.restart, restarted.r) == (1, 1, 2)
+
+    held = step("hold", *target)
+    assert held.code == 0, held.error
+    assert held.result["changed"] is True
+    assert step("hold", *target).result["changed"] is False, "a second hold is a no-op"
+    wait_for_drained_jobset(custom, namespace, name)
+
+    released = step("unsuspend", *target)
+    assert released.code == 0, released.error
+    assert released.result["admission"] == 2
+    third = kubelet.execute(kubelet.wait_for_pod(name, restart=1, admission=2))
+    assert (third.admission, third.restart, third.r) == (2, 1, 3)
+    assert_increasing([first, restarted, third])
+
+    job = read_trainjob(custom, namespace, name)
+    annotations = job["metadata"]["annotations"]
+    assert annotations[wire.ADMISSION_FLOOR_ANNOTATION] == "2"
+    assert annotations[wire.JOBSET_UID_ANNOTATION], "the first raise records the JobSet UID"
+
+
+def test_same_start_is_a_no_op_and_a_different_one_is_refused(
+    step: Step, namespace: str, torch_runtime: str, custom: client.CustomObjectsApi
+) -> None:
+    first = step("start", *start_args(namespace, torch_runtime, "idem-1"))
+    assert (first.code, first.result["outcome"]) == (0, "created"), first.error
+    again = step("start", *start_args(namespace, torch_runtime, "idem-1"))
+    assert (again.code, again.result["outcome"]) == (0, "exists"), again.error
+    assert again.result["uid"] == first.result["uid"]
+    other = step(
+        "start", *start_args(namespace, torch_runtime, "idem-2", name=first.result["name"])
+    )
+    assert other.code == 6
+    assert "exists with another identity" in other.error
+    job = read_trainjob(custom, namespace, first.result["name"])
+    assert job["metadata"]["annotations"][wire.JOB_ID_ANNOTATION] == "idem-1"

@@ -1,0 +1,171 @@
+"""The second writer, and input that must be refused with the documented code."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from core import trainjob, wire
+from core.errors import PreconditionFailed
+from core.gateway import Gateway
+from tests.conftest import Cluster
+from tests.integration.conftest import Step, start_args
+from tests.integration.lifecycle import as_dict
+
+pytestmark = pytest.mark.integration
+TRAINER = (wire.TRAINER_GROUP, wire.TRAINER_VERSION)
+RAISERS = 8
+
+
+def read(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
+    return as_dict(custom.get_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name))
+
+
+def test_concurrent_raisers_on_one_read_never_share_an_a(
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    control_plane: Cluster,
+    custom: client.CustomObjectsApi,
+) -> None:
+    name = step("start", *start_args(namespace, torch_runtime, "race")).result["name"]
+    gateway = Gateway.connect(kubeconfig=control_plane.kubeconfig, context=None)
+    everyone_has_read = threading.Barrier(RAISERS)
+
+    def raiser(_: int) -> int | str:
+        # Each raiser reads, decides, then all write at once: the worst interleaving.
+        job = gateway.read_trainjob(namespace, name)
+        decision = trainjob.decide_raise(job, gateway.read_jobset(namespace, name))
+        assert isinstance(decision, trainjob.Raise)
+        everyone_has_read.wait(timeout=60)
+        try:
+            gateway.update_trainjob(
+                trainjob.with_admission(job, decision), decision.resource_version
+            )
+        except PreconditionFailed:
+            return "lost"
+        return decision.admission
+
+    with ThreadPoolExecutor(RAISERS) as pool:
+        outcomes = list(pool.map(raiser, range(RAISERS)))
+    assert sorted(outcomes, key=str) == [1] + ["lost"] * (RAISERS - 1)
+    annotations = read(custom, namespace, name)["metadata"]["annotations"]
+    assert annotations[wire.ADMISSION_FLOOR_ANNOTATION] == "1"
+
+
+def test_concurrent_unsuspend_processes_have_one_winner(
+    step: Step, namespace: str, torch_runtime: str, custom: client.CustomObjectsApi
+) -> None:
+    name = step("start", *start_args(namespace, torch_runtime, "race-cli")).result["name"]
+    with ThreadPoolExecutor(RAISERS) as pool:
+        runs = list(
+            pool.map(
+                lambda _: step("unsuspend", "--namespace", namespace, "--name", name),
+                range(RAISERS),
+            )
+        )
+    winners = [run for run in runs if run.code == 0]
+    assert len(winners) == 1, [run.error for run in runs]
+    # A loser that read before the winner wrote gets 409 (exit 3); one that read after sees
+    # a running job (exit 6). Neither writes: A is the winner's, raised once.
+    assert all(run.code in (3, 6) for run in runs if run.code != 0)
+    job = read(custom, namespace, name)
+    assert trainjob.admission_in_patch(job) == 1
+    assert job["metadata"]["annotations"][wire.ADMISSION_FLOOR_ANNOTATION] == "1"
+
+
+def test_missing_trainjob_is_exit_4(step: Step, namespace: str) -> None:
+    for name in ("unsuspend", "hold", "audit", "admit"):
+        run = step(name, "--namespace", namespace, "--name", "no-such-job")
+        assert run.code == 4, (name, run.error)
+        assert "no-such-job" in run.error
+
+
+def test_raise_on_a_running_trainjob_is_exit_6_and_writes_nothing(
+    step: Step, namespace: str, torch_runtime: str, custom: client.CustomObjectsApi
+) -> None:
+    name = step("start", *start_args(namespace, torch_runtime, "running")).result["name"]
+    assert step("unsuspend", "--namespace", namespace, "--name", name).code == 0
+    before = read(custom, namespace, name)["metadata"]["resourceVersion"]
+    again = step("unsuspend", "--namespace", namespace, "--name", name)
+    assert again.code == 6
+    assert "spec.suspend is not true" in again.error
+    assert read(custom, namespace, name)["metadata"]["resourceVersion"] == before
+
+
+@pytest.mark.parametrize(
+    ("annotation", "value", "says"),
+    [
+        (wire.ADMISSION_FLOOR_ANNOTATION, "1e3", "not a canonical decimal"),
+        (wire.ADMISSION_FLOOR_ANNOTATION, None, "is missing"),
+        (wire.ADMISSION_FLOOR_ANNOTATION, "999999", "bound is reached"),
+    ],
+    ids=["garbage-floor", "missing-floor", "floor-at-bound"],
+)
+def test_garbage_in_annotations_is_refused_and_nothing_written(
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    custom: client.CustomObjectsApi,
+    annotation: str,
+    value: str | None,
+    says: str,
+) -> None:
+    name = step("start", *start_args(namespace, torch_runtime, "garbage")).result["name"]
+    custom.patch_namespaced_custom_object(
+        *TRAINER, namespace, "trainjobs", name, {"metadata": {"annotations": {annotation: value}}}
+    )
+    before = read(custom, namespace, name)
+    refused = step("unsuspend", "--namespace", namespace, "--name", name)
+    assert refused.code == 6
+    assert says in refused.error
+    after = read(custom, namespace, name)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert after["spec"]["suspend"] is True
+
+
+def test_workload_of_another_controller_is_refused(
+    step: Step, namespace: str, torch_runtime: str, custom: client.CustomObjectsApi
+) -> None:
+    started = step("start", *start_args(namespace, torch_runtime, "foreign-wl"))
+    body = {
+        "apiVersion": f"{wire.KUEUE_GROUP}/{wire.KUEUE_VERSION}",
+        "kind": "Workload",
+        "metadata": {
+            "name": "not-ours",
+            "namespace": namespace,
+            "labels": {wire.KUEUE_JOB_UID_LABEL: started.result["uid"]},
+        },
+        "spec": {
+            "queueName": "nowhere",
+            "podSets": [
+                {
+                    "name": "main",
+                    "count": 1,
+                    "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}},
+                }
+            ],
+        },
+    }
+    custom.create_namespaced_custom_object(
+        wire.KUEUE_GROUP, wire.KUEUE_VERSION, namespace, "workloads", body
+    )
+    before = read(custom, namespace, started.result["name"])["metadata"]["resourceVersion"]
+    refused = step("admit", "--namespace", namespace, "--name", started.result["name"])
+    assert refused.code == 6
+    assert "controlled by no TrainJob" in refused.error
+    after = read(custom, namespace, started.result["name"])["metadata"]["resourceVersion"]
+    assert after == before
+
+
+def test_bad_flags_are_exit_2(step: Step) -> None:
+    missing = step("unsuspend")
+    assert missing.code == 2
+    assert "name" in missing.error
+    bad = step("approve", "--workload", "w", "--workload-resource-version", "1", "--admission", "x")
+    assert bad.code == 2
+    assert "admission" in bad.error

@@ -1,0 +1,138 @@
+"""Resets are detected, not prevented: the audit flags each one; a clean job audits clean."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from core import wire
+from tests.integration.conftest import Step, start_args
+from tests.integration.lifecycle import DEADLINE, Kubelet, as_dict
+from tests.wait import wait_until
+
+pytestmark = pytest.mark.integration
+TRAINER = (wire.TRAINER_GROUP, wire.TRAINER_VERSION)
+JOBSET = (wire.JOBSET_GROUP, wire.JOBSET_VERSION)
+
+
+def running_job(step: Step, kubelet: Kubelet, namespace: str, runtime: str, job_id: str) -> str:
+    """A started and opened TrainJob whose first pod exists; the raise recorded the JobSet UID."""
+    started = step("start", *start_args(namespace, runtime, job_id))
+    assert started.code == 0, started.error
+    name: str = started.result["name"]
+    opened = step("unsuspend", "--namespace", namespace, "--name", name)
+    assert opened.code == 0, opened.error
+    kubelet.wait_for_pod(name, restart=0, admission=1)
+    return name
+
+
+def read(custom: client.CustomObjectsApi, namespace: str, plural: str, name: str) -> dict[str, Any]:
+    group = JOBSET if plural == "jobsets" else TRAINER
+    return as_dict(custom.get_namespaced_custom_object(*group, namespace, plural, name))
+
+
+def test_clean_job_audits_clean_and_writes_nothing(
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    custom: client.CustomObjectsApi,
+) -> None:
+    name = running_job(step, kubelet, namespace, torch_runtime, "clean")
+    before = read(custom, namespace, "trainjobs", name)["metadata"]["resourceVersion"]
+    audited = step("audit", "--namespace", namespace, "--name", name)
+    assert audited.code == 0, audited.error
+    assert audited.result == {"findings": 0, "recorded": False, "resourceVersion": before}
+
+
+def test_rebuilt_jobset_is_reported_with_the_exact_message(
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    custom: client.CustomObjectsApi,
+) -> None:
+    name = running_job(step, kubelet, namespace, torch_runtime, "rebuilt")
+    old_uid = read(custom, namespace, "jobsets", name)["metadata"]["uid"]
+    custom.delete_namespaced_custom_object(
+        *JOBSET, namespace, "jobsets", name, propagation_policy="Foreground"
+    )
+
+    def rebuilt() -> str | None:  # the real Trainer recreates the missing JobSet: J resets
+        try:
+            uid = str(read(custom, namespace, "jobsets", name)["metadata"]["uid"])
+        except client.ApiException:
+            return None
+        return uid if uid != old_uid else None
+
+    new_uid = wait_until(rebuilt, what=f"Trainer to rebuild JobSet {name}", timeout=DEADLINE)
+    audited = step("audit", "--namespace", namespace, "--name", name)
+    assert audited.code == 7
+    expected = f"JobSet UID {new_uid} is not the recorded {old_uid}: J may have been reset"
+    assert expected in audited.error
+    annotations = read(custom, namespace, "trainjobs", name)["metadata"]["annotations"]
+    assert annotations[wire.FOREIGN_ANNOTATION] == "true"
+    assert expected in annotations[wire.FOREIGN_CAUSE_ANNOTATION]
+    assert annotations[wire.JOBSET_UID_ANNOTATION] == old_uid, "the recorded UID stays"
+
+
+def test_patch_rewritten_lower_is_reported(
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    custom: client.CustomObjectsApi,
+) -> None:
+    name = running_job(step, kubelet, namespace, torch_runtime, "lowered")
+    assert step("hold", "--namespace", namespace, "--name", name).code == 0
+    spec_before = read(custom, namespace, "trainjobs", name)["spec"]["trainer"]
+    wait_until(
+        lambda: _lower_patch(custom, namespace, name),
+        what="a lowered runtime patch to be accepted",
+        timeout=DEADLINE,
+    )
+    audited = step("audit", "--namespace", namespace, "--name", name)
+    assert audited.code == 7
+    assert "below the floor" in audited.error
+    after = read(custom, namespace, "trainjobs", name)
+    assert after["metadata"]["annotations"][wire.FOREIGN_ANNOTATION] == "true"
+    assert after["spec"]["trainer"] == spec_before, "the audit never edits the spec"
+
+
+def _lower_patch(custom: client.CustomObjectsApi, namespace: str, name: str) -> bool | None:
+    """Rewrite A in the patch to 0, as a careless writer would; None to try again."""
+    job = read(custom, namespace, "trainjobs", name)
+    for patch in job["spec"]["runtimePatches"]:
+        if patch["manager"] == wire.PATCH_MANAGER:
+            pod = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+            pod["template"]["spec"]["template"]["metadata"]["annotations"][
+                wire.ADMISSION_ANNOTATION
+            ] = "0"
+    try:
+        custom.replace_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name, job)
+    except client.ApiException as e:
+        # 409: Trainer wrote status meanwhile; denial: the JobSet is still draining the hold.
+        if e.status == 409 or "still active" in str(e.body):
+            return None
+        raise
+    return True
+
+
+def test_pod_without_admission_annotation_is_reported(
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    api_client: client.ApiClient,
+) -> None:
+    name = running_job(step, kubelet, namespace, torch_runtime, "stripped")
+    pod = kubelet.wait_for_pod(name, restart=0, admission=1)
+    pod_name = pod["metadata"]["name"]
+    client.CoreV1Api(api_client).patch_namespaced_pod(
+        pod_name, namespace, {"metadata": {"annotations": {wire.ADMISSION_ANNOTATION: None}}}
+    )
+    audited = step("audit", "--namespace", namespace, "--name", name)
+    assert audited.code == 7
+    assert pod_name in audited.error

@@ -1,0 +1,154 @@
+"""Kueue objects a test needs for Kueue mode: flavor, admission check, queues, priorities."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from core import wire
+from tests.wait import wait_until
+
+KUEUE: Final = (wire.KUEUE_GROUP, wire.KUEUE_VERSION)
+API_VERSION: Final = "/".join(KUEUE)
+
+
+def now() -> str:
+    """A Kubernetes timestamp for the present second."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def condition(obj: dict[str, Any], kind: str) -> str | None:
+    """The status of condition `kind`, None when absent."""
+    for item in obj.get("status", {}).get("conditions") or []:
+        if item.get("type") == kind:
+            return str(item.get("status"))
+    return None
+
+
+@dataclass(slots=True)
+class KueueSetup:
+    """Cluster-scoped Kueue objects made for one test; `delete` removes them."""
+
+    custom: client.CustomObjectsApi
+    namespace: str
+    created: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def check(self) -> str:
+        """The AdmissionCheck of this project's controller for the test's ClusterQueue."""
+        return f"{self.namespace}-check"
+
+    @property
+    def local_queue(self) -> str:
+        """The LocalQueue in the test's namespace."""
+        return "queue"
+
+    def _create(self, plural: str, kind: str, name: str, spec: dict[str, Any] | None) -> None:
+        body: dict[str, Any] = {"apiVersion": API_VERSION, "kind": kind, "metadata": {"name": name}}
+        if spec is not None:
+            body["spec"] = spec
+        self.custom.create_cluster_custom_object(*KUEUE, plural, body)
+        self.created.append((plural, name))
+
+    def install(self, *, cpu: str, priorities: dict[str, int] | None = None) -> None:
+        """A ClusterQueue of `cpu` nominal quota gated by this project's AdmissionCheck."""
+        flavor, cluster_queue = f"{self.namespace}-flavor", f"{self.namespace}-cq"
+        self._create(
+            "admissionchecks",
+            "AdmissionCheck",
+            self.check,
+            {"controllerName": wire.ADMISSION_CHECK_CONTROLLER},
+        )
+        # The check's controller keeps it Active; without that the ClusterQueue is inactive.
+        # This project installs the check once and marks it Active (README: Kueue mode).
+        self.custom.patch_cluster_custom_object_status(
+            *KUEUE,
+            "admissionchecks",
+            self.check,
+            {
+                "status": {
+                    "conditions": [
+                        {
+                            "type": "Active",
+                            "status": "True",
+                            "reason": "Active",
+                            "message": "dispatch-k8s admit/approve steps",
+                            "lastTransitionTime": now(),
+                        }
+                    ]
+                }
+            },
+        )
+        self._create("resourceflavors", "ResourceFlavor", flavor, None)
+        for name, value in (priorities or {}).items():
+            body = {
+                "apiVersion": API_VERSION,
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+            }
+            self.custom.create_cluster_custom_object(*KUEUE, "workloadpriorityclasses", body)
+            self.created.append(("workloadpriorityclasses", name))
+        self._create(
+            "clusterqueues",
+            "ClusterQueue",
+            cluster_queue,
+            {
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": self.namespace}
+                },
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu"],
+                        "flavors": [
+                            {"name": flavor, "resources": [{"name": "cpu", "nominalQuota": cpu}]}
+                        ],
+                    }
+                ],
+                "preemption": {"withinClusterQueue": "LowerPriority"},
+                "admissionChecksStrategy": {"admissionChecks": [{"name": self.check}]},
+            },
+        )
+        self.custom.create_namespaced_custom_object(
+            *KUEUE,
+            self.namespace,
+            "localqueues",
+            {
+                "apiVersion": API_VERSION,
+                "kind": "LocalQueue",
+                "metadata": {"name": self.local_queue, "namespace": self.namespace},
+                "spec": {"clusterQueue": cluster_queue},
+            },
+        )
+
+        def active() -> bool | None:
+            queue = self.custom.get_cluster_custom_object(*KUEUE, "clusterqueues", cluster_queue)
+            assert isinstance(queue, dict)
+            return condition(queue, "Active") == "True" or None
+
+        wait_until(active, what=f"ClusterQueue {cluster_queue} to be Active", timeout=120)
+
+    def delete(self) -> None:
+        """Remove what `install` made, newest first."""
+        for plural, name in reversed(self.created):
+            try:
+                self.custom.delete_cluster_custom_object(*KUEUE, plural, name)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+
+    def workload_of(self, trainjob_uid: str) -> dict[str, Any] | None:
+        """The Workload Kueue made for a TrainJob, found by its job-uid label."""
+        listed = self.custom.list_namespaced_custom_object(
+            *KUEUE,
+            self.namespace,
+            "workloads",
+            label_selector=f"{wire.KUEUE_JOB_UID_LABEL}={trainjob_uid}",
+        )
+        assert isinstance(listed, dict)
+        items: list[dict[str, Any]] = listed["items"]
+        return items[0] if items else None

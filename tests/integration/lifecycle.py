@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -162,3 +162,51 @@ class Kubelet:
             epoch=int(epoch),
             attempt=attempt,
         )
+
+
+JOBSET: Final = (wire.JOBSET_GROUP, wire.JOBSET_VERSION)
+Runner = Callable[..., StepRun]
+
+
+def wait_for_drained_jobset(api: client.ApiClient, namespace: str, name: str) -> None:
+    """After a hold: wait until no replicated job of the JobSet has active Jobs."""
+    custom = client.CustomObjectsApi(api)
+
+    def drained() -> bool | None:
+        jobset = as_dict(custom.get_namespaced_custom_object(*JOBSET, namespace, "jobsets", name))
+        statuses = jobset.get("status", {}).get("replicatedJobsStatus") or []
+        return True if statuses and all(not s.get("active") for s in statuses) else None
+
+    wait_until(drained, what=f"JobSet {name} to have no active Jobs", timeout=DEADLINE)
+
+
+def admit_and_approve(step: Runner, namespace: str, name: str, check: str) -> StepRun:
+    """The Kueue-mode pipeline for one admission: admit --wait, then approve with its outputs."""
+    admitted: StepRun = step(
+        "admit",
+        "--namespace",
+        namespace,
+        "--name",
+        name,
+        "--check",
+        check,
+        "--wait",
+        "--timeout",
+        str(DEADLINE),
+    )
+    assert admitted.code == 0, admitted.error
+    approved: StepRun = step(
+        "approve",
+        "--namespace",
+        namespace,
+        "--check",
+        check,
+        "--workload",
+        admitted.result["workload"],
+        "--workload-resource-version",
+        admitted.result["workloadResourceVersion"],
+        "--admission",
+        str(admitted.result["admission"]),
+    )
+    assert approved.code == 0, approved.error
+    return admitted

@@ -9,44 +9,12 @@ from kubernetes import client
 
 from core import wire
 from tests.integration.conftest import Step, start_args
-from tests.integration.lifecycle import DEADLINE, Kubelet, StepRun, as_dict
+from tests.integration.lifecycle import DEADLINE, Kubelet, admit_and_approve, as_dict
 from tests.kueue_objects import KUEUE, KueueSetup, condition
 from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration
 TRAINER = (wire.TRAINER_GROUP, wire.TRAINER_VERSION)
-
-
-def admit_and_approve(step: Step, namespace: str, name: str, check: str) -> StepRun:
-    """The Kueue-mode pipeline for one admission: admit --wait, then approve."""
-    admitted = step(
-        "admit",
-        "--namespace",
-        namespace,
-        "--name",
-        name,
-        "--check",
-        check,
-        "--wait",
-        "--timeout",
-        str(DEADLINE),
-    )
-    assert admitted.code == 0, admitted.error
-    approved = step(
-        "approve",
-        "--namespace",
-        namespace,
-        "--check",
-        check,
-        "--workload",
-        admitted.result["workload"],
-        "--workload-resource-version",
-        admitted.result["workloadResourceVersion"],
-        "--admission",
-        str(admitted.result["admission"]),
-    )
-    assert approved.code == 0, approved.error
-    return admitted
 
 
 def trainjob(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:

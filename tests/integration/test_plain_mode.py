@@ -9,8 +9,7 @@ from kubernetes import client
 
 from core import wire
 from tests.integration.conftest import Step, start_args
-from tests.integration.lifecycle import DEADLINE, Execution, Kubelet, as_dict
-from tests.wait import wait_until
+from tests.integration.lifecycle import Execution, Kubelet, as_dict, wait_for_drained_jobset
 
 pytestmark = pytest.mark.integration
 JOBSET = (wire.JOBSET_GROUP, wire.JOBSET_VERSION)
@@ -19,15 +18,6 @@ TRAINER = (wire.TRAINER_GROUP, wire.TRAINER_VERSION)
 
 def read_trainjob(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
     return as_dict(custom.get_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name))
-
-
-def wait_for_drained_jobset(custom: client.CustomObjectsApi, namespace: str, name: str) -> None:
-    def drained() -> bool | None:
-        jobset = as_dict(custom.get_namespaced_custom_object(*JOBSET, namespace, "jobsets", name))
-        statuses = jobset.get("status", {}).get("replicatedJobsStatus") or []
-        return True if statuses and all(not s.get("active") for s in statuses) else None
-
-    wait_until(drained, what=f"JobSet {name} to have no active Jobs", timeout=DEADLINE)
 
 
 def assert_increasing(executions: list[Execution]) -> None:
@@ -43,6 +33,7 @@ def test_release_after_restart_and_hold_gives_r_3(
     namespace: str,
     torch_runtime: str,
     custom: client.CustomObjectsApi,
+    api_client: client.ApiClient,
 ) -> None:
     started = step("start", *start_args(namespace, torch_runtime, "plain-1"))
     assert started.code == 0, started.error
@@ -66,7 +57,7 @@ def test_release_after_restart_and_hold_gives_r_3(
     assert held.code == 0, held.error
     assert held.result["changed"] is True
     assert step("hold", *target).result["changed"] is False, "a second hold is a no-op"
-    wait_for_drained_jobset(custom, namespace, name)
+    wait_for_drained_jobset(api_client, namespace, name)
 
     released = step("unsuspend", *target)
     assert released.code == 0, released.error

@@ -120,9 +120,8 @@ def kueue_lifecycle(demo: Demo, kubelet: Kubelet, kueue: KueueSetup) -> None:
     admit_and_approve(demo.step, demo.namespace, name, kueue.check)
     demo.see("kueue", "admitted", kubelet, name, restart=0, admission=1)
     custom = client.CustomObjectsApi(demo.api)
-    victim_uid = custom.get_namespaced_custom_object(*TRAINER, demo.namespace, "trainjobs", name)[
-        "metadata"
-    ]["uid"]
+    victim = custom.get_namespaced_custom_object(*TRAINER, demo.namespace, "trainjobs", name)
+    victim_uid = as_dict(victim)["metadata"]["uid"]
     preemptor = demo.start("demo-urgent", "--priority-class", "demo-high", *queued)
 
     def evicted() -> bool | None:

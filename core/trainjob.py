@@ -67,9 +67,12 @@ def build_trainjob(request: StartRequest, *, trainer_job: str) -> dict[str, Any]
     trainer: dict[str, Any] = {
         "image": request.image,
         "command": wrap_command(request.command),
-        "args": list(request.args),
         "env": build_env(request),
     }
+    # Only fields with a value: Kueue round-trips the TrainJob through Go types, which drop
+    # an empty list, and Trainer's CEL rule then sees spec.trainer change (trainer#3888).
+    if request.args:
+        trainer["args"] = list(request.args)
     if request.num_nodes is not None:
         trainer["numNodes"] = request.num_nodes
     if request.resources_per_node is not None:

@@ -28,7 +28,7 @@ def run(settings: TrainJobSettings) -> output.Result:
         logger.bind(kind=str(finding.kind)).warning(finding.reason)
     if findings:
         cause = audit.build_cause([finding.reason for finding in findings])
-        raise Foreign(f"TrainJob {settings.name} flagged foreign: {cause}")
+        raise Foreign(f"flagged foreign: {cause}")
     return {"findings": 0, "resourceVersion": version, "recorded": bool(changes)}
 
 

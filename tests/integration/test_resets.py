@@ -95,7 +95,7 @@ def test_patch_rewritten_lower_is_reported(
     )
     audited = step("audit", "--namespace", namespace, "--name", name)
     assert audited.code == 7
-    assert "below the floor" in audited.error
+    assert "is 0, below the admission floor 1" in audited.error
     after = read(custom, namespace, "trainjobs", name)
     assert after["metadata"]["annotations"][wire.FOREIGN_ANNOTATION] == "true"
     assert after["spec"]["trainer"] == spec_before, "the audit never edits the spec"

@@ -290,3 +290,14 @@ def test_dry_run_without_runtime_file_is_bad_input() -> None:
     done = start("--dry-run", *REQUEST)
     assert done.returncode == 2
     assert "--runtime-file" in error_line(done)["message"]
+
+
+def test_no_empty_fields_in_spec_trainer() -> None:
+    # Kueue round-trips the TrainJob through Go types that drop empty lists; Trainer's CEL
+    # immutability rule on spec.trainer then refuses Kueue's update (trainer#3888).
+    without_args = [w for w in REQUEST if not w.startswith("--args")]
+    done = start("--dry-run", "--runtime-file", str(TORCH_RUNTIME), *without_args)
+    assert done.returncode == 0, done.stderr
+    trainer = json.loads(done.stdout)["spec"]["trainer"]
+    assert "args" not in trainer
+    assert all(value not in ([], {}, "", None) for value in trainer.values())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import secrets
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -53,31 +54,20 @@ class Demo:
             raise SystemExit(f"dispatch-{name} exited {run.code}: {run.error}")
         return run
 
-    def start(self, job_id: str, *extra: str) -> str:
-        """dispatch-start with a small request; the TrainJob's name."""
-        started = self.step(
-            "start",
-            "--namespace",
-            self.namespace,
-            "--runtime-name",
-            "dispatch-torch-distributed",
-            "--job-id",
-            job_id,
-            "--generation",
-            "1",
-            "--submission",
-            "1",
-            "--attempt",
-            "0",
-            "--image",
-            "registry.example/trainer:1",
-            "--command",
-            "python",
-            "--command",
-            "train.py",
-            *extra,
-        )
-        return str(started.result["name"])
+    def start(self, job_id: str, submission: int, *extra: str) -> str:
+        """dispatch-start with a small request (G=1, attempt 0); the TrainJob's name."""
+        request = {
+            "namespace": self.namespace,
+            "runtime-name": "dispatch-torch-distributed",
+            "job-id": job_id,
+            "generation": "1",
+            "submission": str(submission),
+            "attempt": "0",
+            "image": "registry.example/trainer:1",
+            "command": "python",
+        }
+        flags = [f"--{key}={value}" for key, value in request.items()]
+        return str(self.step("start", *flags, *extra).result["name"])
 
     def see(self, mode: str, event: str, kubelet: Kubelet, name: str, **wanted: int) -> Execution:
         """Record the execution that the pod of attempt `restart` with A=`admission` sees."""
@@ -99,7 +89,7 @@ class Demo:
 
 def plain_lifecycle(demo: Demo, kubelet: Kubelet) -> None:
     """Open, a JobSet restart, hold, Release."""
-    name = demo.start("demo-plain")
+    name = demo.start("demo-plain", 1)
     target = ("--namespace", demo.namespace, "--name", name)
     demo.step("unsuspend", *target)
     first = kubelet.wait_for_pod(name, restart=0, admission=1)
@@ -114,15 +104,16 @@ def plain_lifecycle(demo: Demo, kubelet: Kubelet) -> None:
 
 def kueue_lifecycle(demo: Demo, kubelet: Kubelet, kueue: KueueSetup) -> None:
     """Admission, preemption by a higher priority, re-admission."""
-    kueue.install(cpu="1", priorities={"demo-low": 10, "demo-high": 1000})
+    low, high = f"{demo.namespace}-low", f"{demo.namespace}-high"
+    kueue.install(cpu="1", priorities={low: 10, high: 1000})
     queued = ("--queue", kueue.local_queue, "--resources-per-node", '{"requests":{"cpu":"1"}}')
-    name = demo.start("demo-kueue", "--priority-class", "demo-low", *queued)
+    name = demo.start("demo-kueue", 2, "--priority-class", low, *queued)
     admit_and_approve(demo.step, demo.namespace, name, kueue.check)
     demo.see("kueue", "admitted", kubelet, name, restart=0, admission=1)
     custom = client.CustomObjectsApi(demo.api)
     victim = custom.get_namespaced_custom_object(*TRAINER, demo.namespace, "trainjobs", name)
     victim_uid = as_dict(victim)["metadata"]["uid"]
-    preemptor = demo.start("demo-urgent", "--priority-class", "demo-high", *queued)
+    preemptor = demo.start("demo-urgent", 3, "--priority-class", high, *queued)
 
     def evicted() -> bool | None:
         workload = kueue.workload_of(victim_uid)
@@ -155,7 +146,7 @@ def main(argv: list[str]) -> int:
     with cluster(args.kubeconfig) as kubeconfig:
         api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
         core = client.CoreV1Api(api)
-        namespace = "dispatch-demo"
+        namespace = f"dispatch-demo-{secrets.token_hex(3)}"
         with contextlib.suppress(client.ApiException):
             core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
         with contextlib.suppress(client.ApiException):

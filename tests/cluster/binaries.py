@@ -105,7 +105,11 @@ def components() -> list[Component]:
 def _go(*args: str, cwd: Path, capture: bool = False) -> str:
     env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-trimpath -buildvcs=false"}
     done = subprocess.run(
-        ["go", *args], cwd=cwd, env=env, check=True, text=True,
+        ["go", *args],
+        cwd=cwd,
+        env=env,
+        check=True,
+        text=True,
         stdout=subprocess.PIPE if capture else None,
     )
     return done.stdout if capture else ""
@@ -129,8 +133,9 @@ def module_dir(module: str, version: str) -> Path:
 
 def _kubernetes_staging_modules(version: str) -> list[str]:
     """The staging modules k8s.io/kubernetes replaces with ./staging paths at `version`."""
-    out = _go("mod", "download", "-json", f"k8s.io/kubernetes@{version}", cwd=Path.cwd(),
-              capture=True)
+    out = _go(
+        "mod", "download", "-json", f"k8s.io/kubernetes@{version}", cwd=Path.cwd(), capture=True
+    )
     gomod = Path(json.loads(out)["GoMod"]).read_text()
     staging = []
     for line in gomod.splitlines():
@@ -175,12 +180,25 @@ def build(component: Component, go_version_text: str) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{component.name}-", dir=target.parent))
     started = time.monotonic()
     for binary, package in component.binaries.items():
-        _go("build", "-ldflags", component.ldflags(), "-o", str(staging / binary), package,
-            cwd=component.wrapper_dir)
+        _go(
+            "build",
+            "-ldflags",
+            component.ldflags(),
+            "-o",
+            str(staging / binary),
+            package,
+            cwd=component.wrapper_dir,
+        )
     (staging / ".ok").write_text(f"{time.monotonic() - started:.0f}s\n")
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)  # atomic: a half-built entry is never seen as complete
     return target
+
+
+def missing(go_version_text: str | None = None) -> list[str]:
+    """The components whose binaries are not in the cache yet."""
+    version = go_version_text or go_version()
+    return [c.name for c in components() if not (binary_dir(c, version) / ".ok").exists()]
 
 
 def binaries(go_version_text: str | None = None) -> dict[str, Path]:

@@ -1,0 +1,80 @@
+"""`python -m tests.cluster up [--dir DIR]`: run the local control plane until Ctrl-C or SIGTERM.
+
+Builds missing binaries, starts etcd, kube-apiserver, kube-controller-manager and the JobSet,
+Kueue and Trainer controllers on 127.0.0.1, then prints the admin kubeconfig path on stdout
+(nothing else goes there; progress and errors go to stderr):
+
+    python -m tests.cluster up > /tmp/kubeconfig-path &
+    # once the file has a line:
+    export KUBECONFIG="$(cat /tmp/kubeconfig-path)"
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from types import FrameType
+
+from tests.cluster.harness import ControlPlane, ControlPlaneError
+
+# How often the idle loop checks that every component is still running.
+WATCH_SECONDS = 2.0
+
+
+def _say(message: str) -> None:
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+def _interrupt(signum: int, _frame: FrameType | None) -> None:
+    """SIGINT and SIGTERM: unwind, stopping every component on the way out."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def up(run_dir: Path | None) -> int:
+    """Start the control plane, print the kubeconfig path, keep running until told to stop."""
+    directory = run_dir or Path(tempfile.mkdtemp(prefix="dispatch-k8s-control-plane-"))
+    # Explicitly for SIGINT too: a shell starts background jobs with SIGINT ignored.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    plane = ControlPlane(directory, progress=_say)
+    _say(f"starting the control plane in {directory} (logs in {directory / 'logs'})")
+    idle = threading.Event()  # never set: waiting on it is an interruptible sleep
+    try:
+        plane.start()
+        _say(f"ready in {plane.started_seconds:.1f}s; apiserver {plane.server}; Ctrl-C stops it")
+        sys.stdout.write(f"{plane.kubeconfig}\n")
+        sys.stdout.flush()
+        while not idle.wait(WATCH_SECONDS):
+            plane.check_running()
+    except KeyboardInterrupt:
+        _say("stopping")
+        return 0
+    except ControlPlaneError as e:
+        _say(f"control plane failed: {e}")
+        if plane.started_seconds is not None:  # start() already reported the logs otherwise
+            _say(plane.log_tails())
+        return 1
+    finally:
+        plane.stop()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """Parse the command line."""
+    parser = argparse.ArgumentParser(prog="python -m tests.cluster")
+    commands = parser.add_subparsers(dest="command", required=True)
+    start = commands.add_parser("up", help="start the control plane and keep it running")
+    start.add_argument("--dir", type=Path, default=None, help="run directory (default: a new one)")
+    args = parser.parse_args(argv)
+    if args.command == "up":
+        return up(args.dir)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

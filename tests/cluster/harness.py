@@ -1,0 +1,544 @@
+"""A real control plane on loopback: etcd, kube-apiserver, kube-controller-manager, and the real
+JobSet, Kueue and Trainer controller managers with their webhooks (DESIGN §4).
+
+envtest-style (reference/controlplane.md §3), with no kubelet and no scheduler: tests play the
+kubelet by patching `pods/status`. Use it as a context manager or call start()/stop():
+
+    with ControlPlane(run_dir) as plane:
+        print(plane.kubeconfig)
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import functools
+import os
+import ssl
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, TypeVar
+
+import yaml
+
+from tests.cluster import binaries, certs, controllers, manifests
+from tests.cluster.process import LOOPBACK, Process, free_ports
+from tests.cluster.rest import ApiError, RestClient
+from tests.wait import wait_until
+
+T = TypeVar("T")
+
+# On 2 loaded cores kube-apiserver alone can take well over envtest's 20 s
+# (kubernetes/kubernetes#137743 raised k/k's own wait to 60 s).
+DEFAULT_TIMEOUT: Final = 180.0
+SERVICE_CIDR: Final = "10.0.0.0/24"
+# kube-controller-manager controllers the tests rely on: Jobs create pods, ownerReferences
+# cascade (JobSet -> Job -> Pod, foreground deletion on JobSet restarts), namespaces finish
+# deleting. The pod GC marks deleted pods that were never scheduled Failed: without a kubelet
+# nothing else does, and a Job with podReplacementPolicy: Failed keeps its tracking finalizer on
+# them (so namespaces and suspended Jobs never drain). It also deletes pods bound to a node that
+# has no Node object, so a test that binds pods must create the Node first.
+KCM_CONTROLLERS: Final = (
+    "job-controller",
+    "garbage-collector-controller",
+    "namespace-controller",
+    "pod-garbage-collector-controller",
+)
+CONTROLLER_ORDER: Final = ("kueue", "jobset", "trainer")
+CLUSTER_NAME: Final = "dispatch-test"
+ADMIN_USER: Final = "dispatch-admin"
+ADMIN_GROUPS: Final = ("system:masters",)
+WEBHOOK_UNREACHABLE: Final = "failed calling webhook"
+PROBE_NAME: Final = "dispatch-harness-probe"
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not start; the message carries the component logs."""
+
+
+class ComponentExited(ControlPlaneError):
+    """A component process exited while it should be running."""
+
+
+def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool | None:
+    """True once `url` answers 200, else None (the shape wait_until polls for)."""
+    try:
+        with urllib.request.urlopen(url, context=context, timeout=5) as response:
+            return int(response.status) == 200 or None
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return None
+
+
+class ControlPlane:
+    """Starts, watches and stops every component; `kubeconfig` is an admin (system:masters) one."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        binary_paths: Mapping[str, Path] | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        self.run_dir = run_dir.resolve()
+        self.timeout = timeout
+        self._progress = progress
+        self._began = 0.0
+        self._binary_paths = dict(binary_paths) if binary_paths is not None else None
+        self._processes: dict[str, Process] = {}
+        self._ca = certs.CertificateAuthority()
+        self._pki = self.run_dir / "pki"
+        self._logs = self.run_dir / "logs"
+        self._api_port = 0
+        self._rest: RestClient | None = None
+        self.started_seconds: float | None = None  # how long start() took
+
+    # --- public surface -----------------------------------------------------------------
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin kubeconfig (written once kube-apiserver is ready)."""
+        return self.run_dir / "kubeconfig"
+
+    @property
+    def server(self) -> str:
+        """The apiserver URL: always on 127.0.0.1."""
+        return f"https://{LOOPBACK}:{self._api_port}"
+
+    @property
+    def logs(self) -> dict[str, Path]:
+        """Every component's log file, by component name."""
+        return {name: process.log for name, process in self._processes.items()}
+
+    def start(self) -> None:
+        """Start everything and wait until it is ready; on failure stop and raise with logs.
+
+        Missing binaries are built first (a no-op when all are cached; not counted in
+        `started_seconds`).
+        """
+        paths = self._binary_paths if self._binary_paths is not None else binaries.binaries()
+        self._began = began = time.monotonic()
+        try:
+            self._start(paths)
+        except BaseException as e:
+            report = self.log_tails()
+            self.stop()
+            if isinstance(e, Exception):  # timeouts, exited components, refused manifests
+                raise ControlPlaneError(f"{type(e).__name__}: {e}\n{report}") from e
+            raise  # KeyboardInterrupt and friends: stopped, nothing to explain
+        self.started_seconds = time.monotonic() - began
+
+    def stop(self) -> None:
+        """Stop every component, newest first: TERM to each process group, KILL after a grace."""
+        for process in reversed(list(self._processes.values())):
+            process.stop()
+
+    def check_running(self) -> None:
+        """Raise ComponentExited if any started component has exited."""
+        for name, process in self._processes.items():
+            code = process.exit_code()
+            if code is not None:
+                raise ComponentExited(f"{name} exited with status {code} (log {process.log})")
+
+    def log_tails(self, lines: int = 40) -> str:
+        """The end of every component's log, for a failure report."""
+        parts = []
+        for name, process in self._processes.items():
+            parts.append(f"----- {name} ({process.log}) -----\n{process.tail(lines)}")
+        return "\n".join(parts)
+
+    def __enter__(self) -> ControlPlane:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # --- start-up, in dependency order --------------------------------------------------
+
+    def _start(self, paths: Mapping[str, Path]) -> None:
+        if self.run_dir.exists() and any(self.run_dir.iterdir()):
+            # etcd state from another run would hold CRDs and webhooks for another CA and ports.
+            raise ControlPlaneError(f"{self.run_dir} is not empty: give a new run directory")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        ports = iter(free_ports(10))
+        etcd_client, etcd_peer = next(ports), next(ports)
+        self._api_port, kcm_port = next(ports), next(ports)
+        controller_ports = {
+            name: controllers.ControllerPorts(webhook=next(ports), health=next(ports))
+            for name in CONTROLLER_ORDER
+        }
+        self._write_pki()
+        self._start_etcd(paths["etcd"], etcd_client, etcd_peer)
+        self._start_apiserver(paths["kube-apiserver"], etcd_client)
+        self._start_controller_manager(paths["kube-controller-manager"], kcm_port)
+        self._install_crds(controller_ports)
+        specs = self._start_controllers(paths, controller_ports)
+        self._install_webhooks(controller_ports)
+        for spec in specs:
+            url = f"http://{LOOPBACK}:{controller_ports[spec.name].health}/readyz"
+            self._wait(functools.partial(_http_ok, url), what=f"{spec.name} /readyz")
+        self._wait_webhooks_answer()
+        self._wait(lambda: self._exists("/api/v1/namespaces/default"), what="namespace default")
+
+    def _wait(self, check: Callable[[], T | None], *, what: str) -> T:
+        """wait_until, but give up at once if a component died."""
+
+        def checked() -> T | None:
+            self.check_running()
+            return check()
+
+        value = wait_until(checked, what=what, timeout=self.timeout)
+        if self._progress:
+            self._progress(f"{time.monotonic() - self._began:6.1f}s  {what}")
+        return value
+
+    def _process(
+        self, name: str, argv: list[str], *, env: Mapping[str, str] | None = None
+    ) -> Process:
+        workdir = self.run_dir / name
+        workdir.mkdir(parents=True, exist_ok=True)
+        process = Process(
+            name=name, argv=argv, log=self._logs / f"{name}.log", env=env or {}, cwd=workdir
+        )
+        self._processes[name] = process
+        process.start()
+        return process
+
+    def _write_pki(self) -> None:
+        self._pki.mkdir(parents=True, exist_ok=True)
+        (self._pki / "ca.crt").write_bytes(self._ca.cert_pem)
+        self._ca.serving("kube-apiserver").write(
+            self._pki / "apiserver.crt", self._pki / "apiserver.key"
+        )
+        self._ca.serving("kube-controller-manager").write(
+            self._pki / "kcm.crt", self._pki / "kcm.key"
+        )
+        self._ca.client(ADMIN_USER, ADMIN_GROUPS).write(
+            self._pki / "admin.crt", self._pki / "admin.key"
+        )
+        certs.service_account_signing_key().write(self._pki / "sa.pub", self._pki / "sa.key")
+
+    def _start_etcd(self, binary: Path, client: int, peer: int) -> None:
+        client_url, peer_url = f"http://{LOOPBACK}:{client}", f"http://{LOOPBACK}:{peer}"
+        self._process(
+            "etcd",
+            [
+                str(binary),
+                "--name=etcd",
+                f"--data-dir={self.run_dir / 'etcd' / 'data'}",
+                f"--listen-client-urls={client_url}",
+                f"--advertise-client-urls={client_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=etcd={peer_url}",
+                "--unsafe-no-fsync=true",  # test data: durability is not worth the disk waits
+                "--log-level=warn",
+            ],
+        )
+        self._wait(functools.partial(_http_ok, f"{client_url}/health"), what="etcd /health")
+
+    def _start_apiserver(self, binary: Path, etcd_client: int) -> None:
+        pki = self._pki
+        self._process(
+            "kube-apiserver",
+            [
+                str(binary),
+                f"--etcd-servers=http://{LOOPBACK}:{etcd_client}",
+                f"--secure-port={self._api_port}",
+                f"--bind-address={LOOPBACK}",
+                # Without it the apiserver looks for a default route and fails on hosts
+                # that have none (reference/controlplane.md, Pitfalls).
+                f"--advertise-address={LOOPBACK}",
+                f"--cert-dir={self.run_dir / 'kube-apiserver' / 'certs'}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                f"--service-account-issuer=https://{LOOPBACK}:{self._api_port}/",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                "--authorization-mode=RBAC",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--allow-privileged=true",
+                # No ServiceAccount or token controller runs, so pods must not need one.
+                "--disable-admission-plugins=ServiceAccount",
+                # The `kubernetes` Service's endpoint would be 127.0.0.1, which Endpoints
+                # validation refuses (loopback); nothing in-cluster needs it.
+                "--endpoint-reconciler-type=none",
+                "--profiling=false",
+            ],
+        )
+        self._rest = RestClient(
+            server=self.server,
+            ca_file=pki / "ca.crt",
+            cert_file=pki / "admin.crt",
+            key_file=pki / "admin.key",
+        )
+        # Anonymous /readyz is 403 until RBAC bootstrap is done: ask with credentials.
+        self._wait(self._apiserver_ready, what="kube-apiserver /readyz")
+        self._write_kubeconfig()
+
+    def _apiserver_ready(self) -> bool | None:
+        try:
+            return self.rest.get("/readyz") == "ok" or None
+        except (ApiError, urllib.error.URLError, ConnectionError, TimeoutError):
+            return None
+
+    def _write_kubeconfig(self) -> None:
+        def data(name: str) -> str:
+            return base64.b64encode((self._pki / name).read_bytes()).decode()
+
+        user = ADMIN_USER
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": CLUSTER_NAME,
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority-data": data("ca.crt"),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": user,
+                    "user": {
+                        "client-certificate-data": data("admin.crt"),
+                        "client-key-data": data("admin.key"),
+                    },
+                }
+            ],
+            "contexts": [
+                {"name": CLUSTER_NAME, "context": {"cluster": CLUSTER_NAME, "user": user}}
+            ],
+            "current-context": CLUSTER_NAME,
+        }
+        self.kubeconfig.touch(mode=0o600)
+        self.kubeconfig.write_text(yaml.safe_dump(config, sort_keys=False))
+
+    def _start_controller_manager(self, binary: Path, port: int) -> None:
+        kubeconfig = str(self.kubeconfig)
+        self._process(
+            "kube-controller-manager",
+            [
+                str(binary),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                f"--bind-address={LOOPBACK}",
+                f"--secure-port={port}",
+                f"--tls-cert-file={self._pki / 'kcm.crt'}",
+                f"--tls-private-key-file={self._pki / 'kcm.key'}",
+                f"--cert-dir={self.run_dir / 'kube-controller-manager' / 'certs'}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=false",
+                f"--controllers={','.join(KCM_CONTROLLERS)}",
+                "--profiling=false",
+            ],
+        )
+        context = ssl.create_default_context(cafile=str(self._pki / "ca.crt"))
+        url = f"https://{LOOPBACK}:{port}/healthz"
+        self._wait(
+            functools.partial(_http_ok, url, context), what="kube-controller-manager /healthz"
+        )
+
+    def _install_crds(self, ports: Mapping[str, controllers.ControllerPorts]) -> None:
+        names = []
+        for component in CONTROLLER_ORDER:
+            for crd in manifests.crds(
+                component, webhook_port=ports[component].webhook, ca_bundle=self._ca.cert_pem
+            ):
+                self.rest.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+                names.append(crd["metadata"]["name"])
+        # The managers set up watches at start (Trainer skips JobSet support if the kind is
+        # not yet served), so every CRD must be served before any of them starts.
+        self._wait(
+            functools.partial(self._established, names), what=f"{len(names)} CRDs Established"
+        )
+
+    def _established(self, names: list[str]) -> bool | None:
+        for name in names:
+            crd = self.rest.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+            conditions = crd.get("status", {}).get("conditions", [])
+            if not any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                return None
+        return True
+
+    def _start_controllers(
+        self, paths: Mapping[str, Path], ports: Mapping[str, controllers.ControllerPorts]
+    ) -> list[controllers.ControllerSpec]:
+        builders = {
+            "jobset": controllers.jobset,
+            "kueue": controllers.kueue,
+            "trainer": controllers.trainer,
+        }
+        _ensure_kueue_metrics_cert(self._ca)
+        specs = []
+        for name in CONTROLLER_ORDER:
+            workdir = self.run_dir / name
+            spec = builders[name](ports[name], workdir)
+            self._ca.serving(name).write(spec.cert_dir / "tls.crt", spec.cert_dir / "tls.key")
+            config = workdir / "config.yaml"
+            spec.write_config(config)
+            (workdir / "tmp").mkdir(parents=True, exist_ok=True)
+            self._process(
+                name,
+                [str(paths[spec.binary]), f"--config={config}"],
+                env={"KUBECONFIG": str(self.kubeconfig), "TMPDIR": str(workdir / "tmp")},
+            )
+            specs.append(spec)
+        return specs
+
+    def _install_webhooks(self, ports: Mapping[str, controllers.ControllerPorts]) -> None:
+        paths = {
+            "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+            "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+        }
+        for component in CONTROLLER_ORDER:
+            for configuration in manifests.webhook_configurations(
+                component, webhook_port=ports[component].webhook, ca_bundle=self._ca.cert_pem
+            ):
+                resource = paths[configuration["kind"]]
+                self.rest.post(f"/apis/admissionregistration.k8s.io/v1/{resource}", configuration)
+
+    def _wait_webhooks_answer(self) -> None:
+        """Poll a server-side dry-run create through each manager's webhooks until it is served.
+
+        A webhook that is not reachable yet fails the request with "failed calling webhook"; any
+        other failure is a real answer this harness does not expect, so it is raised.
+        """
+        for what, path, body in _PROBES:
+            self._wait(functools.partial(self._dry_run, path, body), what=f"{what} webhooks")
+
+    def _dry_run(self, path: str, body: dict[str, Any]) -> bool | None:
+        try:
+            self.rest.post(f"{path}?dryRun=All", body)
+        except ApiError as e:
+            if WEBHOOK_UNREACHABLE in e.body:
+                return None
+            raise
+        return True
+
+    def _exists(self, path: str) -> bool | None:
+        try:
+            self.rest.get(path)
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+        return True
+
+    @property
+    def rest(self) -> RestClient:
+        """The harness's own admin client (available once kube-apiserver started)."""
+        if self._rest is None:
+            raise ControlPlaneError("kube-apiserver has not been started")
+        return self._rest
+
+
+# Dry-run creates that pass through every webhook server: Kueue (ResourceFlavor), JobSet (JobSet,
+# also Kueue's no-op JobSet hooks) and Trainer (ClusterTrainingRuntime).
+_PROBES: Final[list[tuple[str, str, dict[str, Any]]]] = [
+    (
+        "Kueue",
+        "/apis/kueue.x-k8s.io/v1beta2/resourceflavors",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": PROBE_NAME},
+        },
+    ),
+    (
+        "JobSet",
+        "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets",
+        {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {"name": PROBE_NAME},
+            "spec": {
+                "replicatedJobs": [
+                    {
+                        "name": "probe",
+                        "template": {
+                            "spec": {
+                                "template": {
+                                    "spec": {
+                                        "restartPolicy": "Never",
+                                        "containers": [{"name": "probe", "image": "probe"}],
+                                    }
+                                }
+                            }
+                        },
+                    }
+                ]
+            },
+        },
+    ),
+    (
+        "Trainer",
+        "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes",
+        {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "ClusterTrainingRuntime",
+            "metadata": {"name": PROBE_NAME},
+            "spec": {
+                "mlPolicy": {"numNodes": 1, "torch": {}},
+                "template": {
+                    "spec": {
+                        "replicatedJobs": [
+                            {
+                                "name": "node",
+                                "template": {
+                                    "metadata": {
+                                        "labels": {
+                                            "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"
+                                        }
+                                    },
+                                    "spec": {
+                                        "template": {
+                                            "spec": {
+                                                "containers": [{"name": "node", "image": "probe"}]
+                                            }
+                                        }
+                                    },
+                                },
+                            }
+                        ]
+                    }
+                },
+            },
+        },
+    ),
+]
+
+
+def _ensure_kueue_metrics_cert(ca: certs.CertificateAuthority) -> None:
+    """Kueue v0.19.2 exits unless a certificate exists at a fixed /etc path (see controllers).
+
+    Any valid pair will do (metrics are off); it is written once, under a lock so concurrent
+    runs never pair one run's certificate with another's key.
+    """
+    directory = controllers.KUEUE_METRICS_CERT_DIR
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with (directory / ".lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            crt, key = directory / "tls.crt", directory / "tls.key"
+            if not (crt.exists() and key.exists()):
+                ca.serving("kueue-metrics").write(crt, key)
+    except PermissionError as e:
+        raise ControlPlaneError(
+            f"Kueue needs a metrics certificate in {directory} and this user cannot write it: "
+            f"run `sudo install -d -o {os.getuid()} {directory}` once"
+        ) from e

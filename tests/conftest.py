@@ -1,0 +1,122 @@
+"""Fixtures shared by every test that needs a cluster.
+
+`control_plane` starts the local control plane once per pytest run (tests/cluster/harness.py), or,
+when DISPATCH_TEST_KUBECONFIG names a kubeconfig, uses that cluster instead (DESIGN §4).
+`namespace` gives each test a fresh namespace and deletes it afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from tests.cluster import binaries
+from tests.cluster.harness import ControlPlane
+
+EXISTING_CLUSTER_ENV: Final = "DISPATCH_TEST_KUBECONFIG"
+_PLANE: Final = pytest.StashKey[ControlPlane]()
+_NAME_UNSAFE: Final = re.compile(r"[^a-z0-9-]+")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cluster:
+    """The cluster under test: an admin kubeconfig, and the local control plane if we run one."""
+
+    kubeconfig: Path
+    plane: ControlPlane | None
+
+
+@pytest.fixture(scope="session")
+def control_plane(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    """One control plane for the whole run, or the cluster DISPATCH_TEST_KUBECONFIG names."""
+    existing = os.environ.get(EXISTING_CLUSTER_ENV)
+    if existing:
+        yield Cluster(kubeconfig=Path(existing), plane=None)
+        return
+    plane = ControlPlane(tmp_path_factory.mktemp("control-plane"))
+    plane.start()  # raises with the component logs if anything fails to become ready
+    request.config.stash[_PLANE] = plane
+    try:
+        yield Cluster(kubeconfig=plane.kubeconfig, plane=plane)
+    finally:
+        del request.config.stash[_PLANE]
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def api_client(control_plane: Cluster) -> Iterator[client.ApiClient]:
+    """A Kubernetes API client for the cluster under test."""
+    # kubernetes.config is not annotated (only kubernetes.client is).
+    api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=str(control_plane.kubeconfig)
+    )
+    with contextlib.closing(api):
+        yield api
+
+
+def _namespace_name(test_name: str) -> str:
+    base = _NAME_UNSAFE.sub("-", test_name.lower()).strip("-")[:40].rstrip("-")
+    return f"{base}-{secrets.token_hex(3)}"
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, api_client: client.ApiClient) -> Iterator[str]:
+    """A fresh namespace named after the test; deleted (not awaited) afterwards."""
+    core = client.CoreV1Api(api_client)
+    name = _namespace_name(request.node.name)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    try:
+        yield name
+    finally:
+        try:
+            core.delete_namespace(name)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build missing control-plane binaries before the first test, outside its timeout."""
+    if os.environ.get(EXISTING_CLUSTER_ENV):
+        return
+    if not any("control_plane" in getattr(item, "fixturenames", ()) for item in session.items):
+        return
+    try:
+        absent = binaries.missing()
+    except FileNotFoundError as e:
+        raise pytest.UsageError(
+            f"the local control plane is built with Go, which is not installed ({e}); "
+            f"or set {EXISTING_CLUSTER_ENV} to use an existing cluster"
+        ) from e
+    if absent:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(
+                f"building {', '.join(absent)} from Go modules "
+                "(a cold build of everything takes ~20 min on 2 cores)"
+            )
+        binaries.binaries()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Attach the control plane's log tails to every failed test that used it."""
+    report = yield
+    plane = item.config.stash.get(_PLANE, None)
+    if report.failed and plane is not None and "control_plane" in item.fixturenames:  # type: ignore[attr-defined]
+        report.sections.append(("control plane logs", plane.log_tails()))
+    return report

@@ -165,7 +165,18 @@ class Kubelet:
 
 
 JOBSET: Final = (wire.JOBSET_GROUP, wire.JOBSET_VERSION)
+TRAINER: Final = (wire.TRAINER_GROUP, wire.TRAINER_VERSION)
 Runner = Callable[..., StepRun]
+
+
+def read_trainjob(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
+    """The live TrainJob."""
+    return as_dict(custom.get_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name))
+
+
+def read_jobset(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
+    """The live JobSet (Trainer gives it the TrainJob's name)."""
+    return as_dict(custom.get_namespaced_custom_object(*JOBSET, namespace, "jobsets", name))
 
 
 def wait_for_drained_jobset(api: client.ApiClient, namespace: str, name: str) -> None:
@@ -173,7 +184,7 @@ def wait_for_drained_jobset(api: client.ApiClient, namespace: str, name: str) ->
     custom = client.CustomObjectsApi(api)
 
     def drained() -> bool | None:
-        jobset = as_dict(custom.get_namespaced_custom_object(*JOBSET, namespace, "jobsets", name))
+        jobset = read_jobset(custom, namespace, name)
         statuses = jobset.get("status", {}).get("replicatedJobsStatus") or []
         return True if statuses and all(not s.get("active") for s in statuses) else None
 

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from kubernetes import client
 
-from core import wire
 from tests.integration.conftest import Step, start_args
-from tests.integration.lifecycle import DEADLINE, Kubelet, admit_and_approve, as_dict
+from tests.integration.lifecycle import DEADLINE, TRAINER, Kubelet, admit_and_approve, read_trainjob
 from tests.kueue_objects import KUEUE, KueueSetup, condition
 from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration
-TRAINER = (wire.TRAINER_GROUP, wire.TRAINER_VERSION)
-
-
-def trainjob(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
-    return as_dict(custom.get_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name))
 
 
 def test_readmission_after_preemption_gives_r_2(
@@ -39,13 +31,13 @@ def test_readmission_after_preemption_gives_r_2(
     )
     assert victim.code == 0, victim.error
     name = victim.result["name"]
-    assert trainjob(custom, namespace, name)["spec"]["suspend"] is True
+    assert read_trainjob(custom, namespace, name)["spec"]["suspend"] is True
 
     first_admission = admit_and_approve(step, namespace, name, kueue.check)
     assert first_admission.result["admission"] == 1
     first = kubelet.execute(kubelet.wait_for_pod(name, restart=0, admission=1))
     assert (first.admission, first.restart, first.r) == (1, 0, 1)
-    assert trainjob(custom, namespace, name)["spec"]["suspend"] is False, "Kueue unsuspends it"
+    assert read_trainjob(custom, namespace, name)["spec"]["suspend"] is False, "Kueue unsuspends it"
 
     preemptor = step(
         "start",
@@ -134,4 +126,4 @@ def test_approve_refuses_a_reservation_that_changed_after_admit(
     assert live is not None
     states = [c["state"] for c in live["status"]["admissionChecks"] if c["name"] == kueue.check]
     assert states == ["Pending"], "nothing was approved"
-    assert trainjob(custom, namespace, name)["spec"]["suspend"] is True
+    assert read_trainjob(custom, namespace, name)["spec"]["suspend"] is True

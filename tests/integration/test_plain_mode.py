@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from kubernetes import client
 
 from core import wire
 from tests.integration.conftest import Step, start_args
-from tests.integration.lifecycle import Execution, Kubelet, as_dict, wait_for_drained_jobset
+from tests.integration.lifecycle import Execution, Kubelet, read_trainjob, wait_for_drained_jobset
 
 pytestmark = pytest.mark.integration
-JOBSET = (wire.JOBSET_GROUP, wire.JOBSET_VERSION)
-TRAINER = (wire.TRAINER_GROUP, wire.TRAINER_VERSION)
-
-
-def read_trainjob(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
-    return as_dict(custom.get_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name))
 
 
 def assert_increasing(executions: list[Execution]) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import pytest
 from kubernetes import client
@@ -14,15 +13,10 @@ from core.errors import PreconditionFailed
 from core.gateway import Gateway
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args
-from tests.integration.lifecycle import as_dict
+from tests.integration.lifecycle import TRAINER, read_trainjob
 
 pytestmark = pytest.mark.integration
-TRAINER = (wire.TRAINER_GROUP, wire.TRAINER_VERSION)
 RAISERS = 8
-
-
-def read(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
-    return as_dict(custom.get_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name))
 
 
 def test_concurrent_raisers_on_one_read_never_share_an_a(
@@ -53,7 +47,7 @@ def test_concurrent_raisers_on_one_read_never_share_an_a(
     with ThreadPoolExecutor(RAISERS) as pool:
         outcomes = list(pool.map(raiser, range(RAISERS)))
     assert sorted(outcomes, key=str) == [1] + ["lost"] * (RAISERS - 1)
-    annotations = read(custom, namespace, name)["metadata"]["annotations"]
+    annotations = read_trainjob(custom, namespace, name)["metadata"]["annotations"]
     assert annotations[wire.ADMISSION_FLOOR_ANNOTATION] == "1"
 
 
@@ -73,7 +67,7 @@ def test_concurrent_unsuspend_processes_have_one_winner(
     # A loser that read before the winner wrote gets 409 (exit 3); one that read after sees
     # a running job (exit 6). Neither writes: A is the winner's, raised once.
     assert all(run.code in (3, 6) for run in runs if run.code != 0)
-    job = read(custom, namespace, name)
+    job = read_trainjob(custom, namespace, name)
     assert trainjob.admission_in_patch(job) == 1
     assert job["metadata"]["annotations"][wire.ADMISSION_FLOOR_ANNOTATION] == "1"
 
@@ -90,11 +84,11 @@ def test_raise_on_a_running_trainjob_is_exit_6_and_writes_nothing(
 ) -> None:
     name = step("start", *start_args(namespace, torch_runtime, "running")).result["name"]
     assert step("unsuspend", "--namespace", namespace, "--name", name).code == 0
-    before = read(custom, namespace, name)["metadata"]["resourceVersion"]
+    before = read_trainjob(custom, namespace, name)["metadata"]["resourceVersion"]
     again = step("unsuspend", "--namespace", namespace, "--name", name)
     assert again.code == 6
     assert "spec.suspend is not true" in again.error
-    assert read(custom, namespace, name)["metadata"]["resourceVersion"] == before
+    assert read_trainjob(custom, namespace, name)["metadata"]["resourceVersion"] == before
 
 
 @pytest.mark.parametrize(
@@ -119,11 +113,11 @@ def test_garbage_in_annotations_is_refused_and_nothing_written(
     custom.patch_namespaced_custom_object(
         *TRAINER, namespace, "trainjobs", name, {"metadata": {"annotations": {annotation: value}}}
     )
-    before = read(custom, namespace, name)
+    before = read_trainjob(custom, namespace, name)
     refused = step("unsuspend", "--namespace", namespace, "--name", name)
     assert refused.code == 6
     assert says in refused.error
-    after = read(custom, namespace, name)
+    after = read_trainjob(custom, namespace, name)
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
     assert after["spec"]["suspend"] is True
 
@@ -154,11 +148,11 @@ def test_workload_of_another_controller_is_refused(
     custom.create_namespaced_custom_object(
         wire.KUEUE_GROUP, wire.KUEUE_VERSION, namespace, "workloads", body
     )
-    before = read(custom, namespace, started.result["name"])["metadata"]["resourceVersion"]
+    before = read_trainjob(custom, namespace, started.result["name"])["metadata"]["resourceVersion"]
     refused = step("admit", "--namespace", namespace, "--name", started.result["name"])
     assert refused.code == 6
     assert "controlled by no TrainJob" in refused.error
-    after = read(custom, namespace, started.result["name"])["metadata"]["resourceVersion"]
+    after = read_trainjob(custom, namespace, started.result["name"])["metadata"]["resourceVersion"]
     assert after == before
 
 

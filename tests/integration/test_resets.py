@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from kubernetes import client
 
 from core import wire
 from tests.integration.conftest import Step, start_args
-from tests.integration.lifecycle import DEADLINE, Kubelet, as_dict
+from tests.integration.lifecycle import (
+    DEADLINE,
+    JOBSET,
+    TRAINER,
+    Kubelet,
+    read_jobset,
+    read_trainjob,
+)
 from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration
-TRAINER = (wire.TRAINER_GROUP, wire.TRAINER_VERSION)
-JOBSET = (wire.JOBSET_GROUP, wire.JOBSET_VERSION)
 
 
 def running_job(step: Step, kubelet: Kubelet, namespace: str, runtime: str, job_id: str) -> str:
@@ -28,11 +31,6 @@ def running_job(step: Step, kubelet: Kubelet, namespace: str, runtime: str, job_
     return name
 
 
-def read(custom: client.CustomObjectsApi, namespace: str, plural: str, name: str) -> dict[str, Any]:
-    group = JOBSET if plural == "jobsets" else TRAINER
-    return as_dict(custom.get_namespaced_custom_object(*group, namespace, plural, name))
-
-
 def test_clean_job_audits_clean_and_writes_nothing(
     step: Step,
     kubelet: Kubelet,
@@ -41,7 +39,7 @@ def test_clean_job_audits_clean_and_writes_nothing(
     custom: client.CustomObjectsApi,
 ) -> None:
     name = running_job(step, kubelet, namespace, torch_runtime, "clean")
-    before = read(custom, namespace, "trainjobs", name)["metadata"]["resourceVersion"]
+    before = read_trainjob(custom, namespace, name)["metadata"]["resourceVersion"]
     audited = step("audit", "--namespace", namespace, "--name", name)
     assert audited.code == 0, audited.error
     assert audited.result == {"findings": 0, "recorded": False, "resourceVersion": before}
@@ -55,14 +53,14 @@ def test_rebuilt_jobset_is_reported_with_the_exact_message(
     custom: client.CustomObjectsApi,
 ) -> None:
     name = running_job(step, kubelet, namespace, torch_runtime, "rebuilt")
-    old_uid = read(custom, namespace, "jobsets", name)["metadata"]["uid"]
+    old_uid = read_jobset(custom, namespace, name)["metadata"]["uid"]
     custom.delete_namespaced_custom_object(
         *JOBSET, namespace, "jobsets", name, propagation_policy="Foreground"
     )
 
     def rebuilt() -> str | None:  # the real Trainer recreates the missing JobSet: J resets
         try:
-            uid = str(read(custom, namespace, "jobsets", name)["metadata"]["uid"])
+            uid = str(read_jobset(custom, namespace, name)["metadata"]["uid"])
         except client.ApiException:
             return None
         return uid if uid != old_uid else None
@@ -72,7 +70,7 @@ def test_rebuilt_jobset_is_reported_with_the_exact_message(
     assert audited.code == 7
     expected = f"JobSet UID {new_uid} is not the recorded {old_uid}: J may have been reset"
     assert expected in audited.error
-    annotations = read(custom, namespace, "trainjobs", name)["metadata"]["annotations"]
+    annotations = read_trainjob(custom, namespace, name)["metadata"]["annotations"]
     assert annotations[wire.FOREIGN_ANNOTATION] == "true"
     assert expected in annotations[wire.FOREIGN_CAUSE_ANNOTATION]
     assert annotations[wire.JOBSET_UID_ANNOTATION] == old_uid, "the recorded UID stays"
@@ -87,7 +85,7 @@ def test_patch_rewritten_lower_is_reported(
 ) -> None:
     name = running_job(step, kubelet, namespace, torch_runtime, "lowered")
     assert step("hold", "--namespace", namespace, "--name", name).code == 0
-    spec_before = read(custom, namespace, "trainjobs", name)["spec"]["trainer"]
+    spec_before = read_trainjob(custom, namespace, name)["spec"]["trainer"]
     wait_until(
         lambda: _lower_patch(custom, namespace, name),
         what="a lowered runtime patch to be accepted",
@@ -96,14 +94,14 @@ def test_patch_rewritten_lower_is_reported(
     audited = step("audit", "--namespace", namespace, "--name", name)
     assert audited.code == 7
     assert "is 0, below the admission floor 1" in audited.error
-    after = read(custom, namespace, "trainjobs", name)
+    after = read_trainjob(custom, namespace, name)
     assert after["metadata"]["annotations"][wire.FOREIGN_ANNOTATION] == "true"
     assert after["spec"]["trainer"] == spec_before, "the audit never edits the spec"
 
 
 def _lower_patch(custom: client.CustomObjectsApi, namespace: str, name: str) -> bool | None:
     """Rewrite A in the patch to 0, as a careless writer would; None to try again."""
-    job = read(custom, namespace, "trainjobs", name)
+    job = read_trainjob(custom, namespace, name)
     for patch in job["spec"]["runtimePatches"]:
         if patch["manager"] == wire.PATCH_MANAGER:
             pod = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]

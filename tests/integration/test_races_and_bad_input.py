@@ -163,3 +163,21 @@ def test_bad_flags_are_exit_2(step: Step) -> None:
     bad = step("approve", "--workload", "w", "--workload-resource-version", "1", "--admission", "x")
     assert bad.code == 2
     assert "admission" in bad.error
+
+
+def test_plain_steps_refuse_a_kueue_managed_trainjob(
+    step: Step, namespace: str, torch_runtime: str, custom: client.CustomObjectsApi
+) -> None:
+    started = step("start", *start_args(namespace, torch_runtime, "queued", queue="some-queue"))
+    assert started.code == 0, started.error
+    name = started.result["name"]
+    for plain_step, says in (("unsuspend", "Kueue owns its suspension"), ("hold", "Workload")):
+        refused = step(plain_step, "--namespace", namespace, "--name", name)
+        assert refused.code == 6, refused.error
+        assert says in refused.error
+    job = read_trainjob(custom, namespace, name)
+    # Trainer and Kueue write this TrainJob's status too, so its resourceVersion moves on
+    # its own; what the steps would have written is A and the floor.
+    assert trainjob.admission_in_patch(job) == 0
+    assert job["metadata"]["annotations"][wire.ADMISSION_FLOOR_ANNOTATION] == "0"
+    assert job["spec"]["suspend"] is True

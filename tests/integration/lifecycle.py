@@ -174,6 +174,20 @@ def read_trainjob(custom: client.CustomObjectsApi, namespace: str, name: str) ->
     return as_dict(custom.get_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name))
 
 
+def content(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What a step could write: labels, annotations and spec (controllers own the status).
+
+    Comparing this, not resourceVersion, is how a test shows a step wrote nothing: Trainer
+    and Kueue update a TrainJob's status on their own schedule.
+    """
+    meta = obj["metadata"]
+    return {
+        "labels": meta.get("labels"),
+        "annotations": meta.get("annotations"),
+        "spec": obj.get("spec"),
+    }
+
+
 def read_jobset(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
     """The live JobSet (Trainer gives it the TrainJob's name)."""
     return as_dict(custom.get_namespaced_custom_object(*JOBSET, namespace, "jobsets", name))

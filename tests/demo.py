@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import secrets
 import sys
 import tempfile
@@ -28,6 +29,7 @@ from tests.integration.lifecycle import (
     StepRun,
     admit_and_approve,
     as_dict,
+    run_stage,
     run_step,
     wait_for_drained_jobset,
 )
@@ -49,7 +51,7 @@ class Demo:
 
     def step(self, name: str, *args: str) -> StepRun:
         """Run a step; a failure stops the demo with the step's own message."""
-        run = run_step(name, *args, kubeconfig=self.kubeconfig)
+        run = run_stage(functools.partial(run_step, kubeconfig=self.kubeconfig), name, *args)
         if run.code != 0:
             raise SystemExit(f"dispatch-{name} exited {run.code}: {run.error}")
         return run

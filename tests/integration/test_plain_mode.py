@@ -7,7 +7,13 @@ from kubernetes import client
 
 from core import wire
 from tests.integration.conftest import Step, start_args
-from tests.integration.lifecycle import Execution, Kubelet, read_trainjob, wait_for_drained_jobset
+from tests.integration.lifecycle import (
+    Execution,
+    Kubelet,
+    read_trainjob,
+    run_stage,
+    wait_for_drained_jobset,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +38,7 @@ def test_release_after_restart_and_hold_gives_r_3(
     name = started.result["name"]
     target = ["--namespace", namespace, "--name", name]
 
-    opened = step("unsuspend", *target)
+    opened = run_stage(step, "unsuspend", *target)
     assert opened.code == 0, opened.error
     assert opened.result["admission"] == 1
     pod = kubelet.wait_for_pod(name, restart=0, admission=1)
@@ -45,13 +51,13 @@ def test_release_after_restart_and_hold_gives_r_3(
     restarted = kubelet.execute(pod)
     assert (restarted.admission, restarted.restart, restarted.r) == (1, 1, 2)
 
-    held = step("hold", *target)
+    held = run_stage(step, "hold", *target)
     assert held.code == 0, held.error
     assert held.result["changed"] is True
     assert step("hold", *target).result["changed"] is False, "a second hold is a no-op"
     wait_for_drained_jobset(api_client, namespace, name)
 
-    released = step("unsuspend", *target)
+    released = run_stage(step, "unsuspend", *target)
     assert released.code == 0, released.error
     assert released.result["admission"] == 2
     third = kubelet.execute(kubelet.wait_for_pod(name, restart=1, admission=2))

@@ -15,6 +15,7 @@ from tests.integration.lifecycle import (
     content,
     read_jobset,
     read_trainjob,
+    run_stage,
 )
 from tests.wait import wait_until
 
@@ -26,7 +27,7 @@ def running_job(step: Step, kubelet: Kubelet, namespace: str, runtime: str, job_
     started = step("start", *start_args(namespace, runtime, job_id))
     assert started.code == 0, started.error
     name: str = started.result["name"]
-    opened = step("unsuspend", "--namespace", namespace, "--name", name)
+    opened = run_stage(step, "unsuspend", "--namespace", namespace, "--name", name)
     assert opened.code == 0, opened.error
     kubelet.wait_for_pod(name, restart=0, admission=1)
     return name
@@ -86,7 +87,7 @@ def test_patch_rewritten_lower_is_reported(
     custom: client.CustomObjectsApi,
 ) -> None:
     name = running_job(step, kubelet, namespace, torch_runtime, "lowered")
-    assert step("hold", "--namespace", namespace, "--name", name).code == 0
+    assert run_stage(step, "hold", "--namespace", namespace, "--name", name).code == 0
     spec_before = read_trainjob(custom, namespace, name)["spec"]["trainer"]
     wait_until(
         lambda: _lower_patch(custom, namespace, name),

@@ -6,7 +6,7 @@ import argparse
 import json
 import re
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, ClassVar, NoReturn, TypeVar
 
 import yaml
 from pydantic import ValidationError
@@ -32,6 +32,11 @@ class _OneLineParser(argparse.ArgumentParser):
 class StepSettings(BaseSettings):
     """What every step takes: where the cluster is and where results go."""
 
+    # List flags whose every word is kept exactly as given: pydantic-settings would read
+    # `--command a,b` as two words and `--command '[x]'` as JSON (DESIGN §2: no word of the
+    # user command is ever re-parsed). Repeat the flag once per word.
+    verbatim_lists: ClassVar[tuple[str, ...]] = ()
+
     model_config = SettingsConfigDict(
         env_prefix="DISPATCH_",
         cli_kebab_case=True,
@@ -49,13 +54,40 @@ class StepSettings(BaseSettings):
 S = TypeVar("S", bound=StepSettings)
 
 
+def take_verbatim(
+    argv: list[str], flags: tuple[str, ...], *, prog: str
+) -> tuple[list[str], dict[str, list[str]]]:
+    """Split `--flag WORD` / `--flag=WORD` of `flags` out of argv, each WORD untouched."""
+    rest: list[str] = []
+    taken: dict[str, list[str]] = {}
+    words = iter(argv)
+    for word in words:
+        if word == "--":  # argparse's end of options: nothing after it is a flag
+            rest += [word, *words]
+            break
+        name, equals, value = word.partition("=")
+        field = name.removeprefix("--").replace("-", "_")
+        if not name.startswith("--") or field not in flags:
+            rest.append(word)
+            continue
+        if not equals:
+            following = next(words, None)
+            if following is None:
+                raise BadInput(f"{prog}: argument {name}: expected one argument (see --help)")
+            value = following
+        taken.setdefault(field, []).append(value)
+    return rest, taken
+
+
 def load_settings(cls: type[S], *, prog: str, argv: list[str]) -> S:
     """Parse env and flags into `cls`; anything malformed is BadInput in one line."""
+    argv, verbatim = take_verbatim(argv, cls.verbatim_lists, prog=prog)
     source: CliSettingsSource[S] = CliSettingsSource(cls, root_parser=_OneLineParser(prog=prog))
     try:
-        return cls(_cli_settings_source=source(args=argv))
+        settings = cls(_cli_settings_source=source(args=argv))
     except ValidationError as e:
         raise BadInput(f"{prog}: {describe_validation_error(e)}") from e
+    return settings.model_copy(update=verbatim) if verbatim else settings
 
 
 def read_document(path: Path, *, what: str) -> dict[str, Any]:
@@ -81,6 +113,8 @@ def snake_case(key: str) -> str:
 
 class StartSettings(StepSettings):
     """`dispatch-start`: the request from a file, env or flags (in rising precedence)."""
+
+    verbatim_lists: ClassVar[tuple[str, ...]] = ("command", "args")
 
     request_file: Path | None = None
     runtime_file: Path | None = None

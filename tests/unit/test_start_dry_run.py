@@ -301,3 +301,29 @@ def test_no_empty_fields_in_spec_trainer() -> None:
     trainer = json.loads(done.stdout)["spec"]["trainer"]
     assert "args" not in trainer
     assert all(value not in ([], {}, "", None) for value in trainer.values())
+
+
+@pytest.mark.parametrize(
+    "words",
+    [["a,b"], ["[x]"], ['printf "%s\\n"', "{}"], ["--lr", "0.1", "x=y"], ["", "$HOME"]],
+    ids=["comma", "brackets", "quotes-and-braces", "option-like-args", "empty-and-dollar"],
+)
+def test_command_and_args_words_pass_untouched(words: list[str]) -> None:
+    # Flags take one word each, kept as given: no comma splitting, no JSON reading.
+    flags = [f"--args={word}" for word in words]
+    base = [w for w in WITHOUT_COMMAND if not w.startswith("--args")]
+    done = start(
+        "--dry-run",
+        "--runtime-file",
+        str(TORCH_RUNTIME),
+        *base,
+        "--command",
+        "run",
+        "--command",
+        words[0] or "x",
+        *flags,
+    )
+    assert done.returncode == 0, done.stderr
+    trainer = json.loads(done.stdout)["spec"]["trainer"]
+    assert trainer["args"] == words
+    assert trainer["command"][-2:] == ["run", words[0] or "x"]

@@ -1,0 +1,196 @@
+"""The shipped step identity (pipelines/rbac/steps.yaml) installed in a test namespace, a
+kubeconfig holding a token of its ServiceAccount, and the steps run with that kubeconfig.
+
+Cluster-scoped objects get the namespace appended to their names, so tests never share them.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+from kubernetes import client, config
+
+from tests.pipelines import kube
+from tests.shipped import PIPELINES, Manifest, documents
+
+RBAC: Final = PIPELINES / "rbac" / "steps.yaml"
+SERVICE_ACCOUNT: Final = "dispatch-steps"
+BIN: Final = Path(sys.executable).parent
+Rule = tuple[str, str, str]  # (apiGroup, resource, verb)
+
+
+def granted(document: Manifest) -> set[Rule]:
+    """Every (apiGroup, resource, verb) a Role or ClusterRole grants, one by one."""
+    return {
+        (group, resource, verb)
+        for rule in document["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def shipped_grants() -> set[Rule]:
+    """What the shipped Role and ClusterRole grant together."""
+    return {
+        rule
+        for document in documents(RBAC)
+        if document["kind"] in ("Role", "ClusterRole")
+        for rule in granted(document)
+    }
+
+
+def _without(document: Manifest, denied: Rule | None) -> Manifest:
+    """The (Cluster)Role with one (apiGroup, resource, verb) taken out."""
+    if denied is None:
+        return document
+    rules = []
+    for group, resource, verb in sorted(granted(document) - {denied}):
+        rules.append({"apiGroups": [group], "resources": [resource], "verbs": [verb]})
+    return {**document, "rules": rules}
+
+
+def identity_objects(namespace: str, *, denied: Rule | None = None) -> list[Manifest]:
+    """The shipped RBAC objects for `namespace`, optionally missing one grant."""
+    objects = []
+    for document in documents(RBAC):
+        document = copy.deepcopy(document)
+        if document["kind"] in ("Role", "ClusterRole"):
+            document = _without(document, denied)
+        if document["kind"].startswith("Cluster"):
+            document["metadata"]["name"] += f"-{namespace}"
+        if document["kind"] == "ClusterRoleBinding":
+            document["roleRef"]["name"] += f"-{namespace}"
+            for subject in document["subjects"]:
+                subject["namespace"] = namespace
+        objects.append(document)
+    return objects
+
+
+def _token(api: client.ApiClient, namespace: str) -> str:
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
+    )
+    answer = client.CoreV1Api(api).create_namespaced_service_account_token(
+        SERVICE_ACCOUNT, namespace, request
+    )
+    assert answer.status is not None
+    return str(answer.status.token)
+
+
+def token_kubeconfig(admin_kubeconfig: Path, token: str, path: Path) -> Path:
+    """A kubeconfig for the same server that authenticates with `token` only."""
+    admin = yaml.safe_load(admin_kubeconfig.read_text())
+    cluster = admin["clusters"][0]["cluster"]
+    ca = cluster.get("certificate-authority-data")
+    if ca is None and "certificate-authority" in cluster:
+        ca = base64.b64encode(Path(cluster["certificate-authority"]).read_bytes()).decode()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "c",
+                "cluster": {"server": cluster["server"], "certificate-authority-data": ca},
+            }
+        ],
+        "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": SERVICE_ACCOUNT}}],
+        "current-context": "c",
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+@dataclass(slots=True)
+class StepIdentity:
+    """The shipped identity installed in one namespace; `remove` deletes its cluster objects."""
+
+    api: client.ApiClient
+    namespace: str
+    kubeconfig: Path
+    objects: list[Manifest]
+
+    def remove(self) -> None:
+        """Delete the cluster-scoped objects (namespaced ones go with the namespace)."""
+        for document in self.objects:
+            if document["kind"].startswith("Cluster"):
+                kube.delete(self.api, document, namespace=None)
+
+    def api_client(self) -> client.ApiClient:
+        """An API client authenticated as the ServiceAccount (close it after use)."""
+        api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(self.kubeconfig)
+        )
+        return api
+
+
+def install_identity(
+    api: client.ApiClient,
+    namespace: str,
+    *,
+    admin_kubeconfig: Path,
+    work: Path,
+    denied: Rule | None = None,
+) -> StepIdentity:
+    """Apply the shipped RBAC in `namespace` and mint a token kubeconfig for it."""
+    objects = identity_objects(namespace, denied=denied)
+    for document in objects:
+        kube.apply(api, document, namespace=namespace)
+    token = _token(api, namespace)
+    kubeconfig = token_kubeconfig(admin_kubeconfig, token, work / f"{SERVICE_ACCOUNT}.kubeconfig")
+    return StepIdentity(api=api, namespace=namespace, kubeconfig=kubeconfig, objects=objects)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepRun:
+    """How one step process ended, and the files it wrote to --outputs-dir."""
+
+    code: int
+    result: dict[str, Any]
+    files: dict[str, str]
+    stderr: str
+
+    @property
+    def error(self) -> str:
+        """The last log line's message (a failed step's one-line reason)."""
+        lines = self.stderr.strip().splitlines()
+        return str(json.loads(lines[-1])["message"]) if lines else ""
+
+
+def run_step(step: str, *args: str, kubeconfig: Path, outputs: Path) -> StepRun:
+    """Run `dispatch-<step>` as a pipeline would, with results written to `outputs`."""
+    outputs.mkdir(parents=True, exist_ok=True)
+    for stale in outputs.iterdir():
+        stale.unlink()
+    done = subprocess.run(
+        [
+            str(BIN / f"dispatch-{step}"),
+            "--kubeconfig",
+            str(kubeconfig),
+            "--outputs-dir",
+            str(outputs),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")},
+    )
+    return StepRun(
+        code=done.returncode,
+        result=json.loads(done.stdout) if done.returncode == 0 else {},
+        files={path.name: path.read_text() for path in sorted(outputs.iterdir())},
+        stderr=done.stderr,
+    )

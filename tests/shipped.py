@@ -1,0 +1,62 @@
+"""What the project ships under pipelines/ and images/, as the tests read and install it."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from core import wire
+
+REPO: Final = Path(__file__).resolve().parents[1]
+PIPELINES: Final = REPO / "pipelines"
+RUNTIMES: Final = PIPELINES / "runtimes"
+TORCH_RUNTIME: Final = RUNTIMES / "torch-distributed.yaml"
+BUILD_SCRIPT: Final = REPO / "images" / "build.sh"
+Manifest = dict[str, Any]
+
+
+def version() -> str:
+    """The project version: the default image tag is dispatch-k8s:<version>."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return str(project["version"])
+
+
+def default_image() -> str:
+    """The tag images/build.sh gives by default, and the one the manifests name."""
+    return f"dispatch-k8s:{version()}"
+
+
+def manifest_files() -> list[Path]:
+    """Every YAML file under pipelines/, sorted."""
+    return sorted(PIPELINES.rglob("*.yaml"))
+
+
+def documents(path: Path) -> list[Manifest]:
+    """The Kubernetes objects in one YAML file (empty documents dropped)."""
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def all_documents() -> Iterator[tuple[Path, Manifest]]:
+    """Every object shipped under pipelines/, with the file it came from."""
+    for path in manifest_files():
+        for document in documents(path):
+            yield path, document
+
+
+def install_runtime(api: client.ApiClient, path: Path = TORCH_RUNTIME) -> str:
+    """Create a shipped ClusterTrainingRuntime unless it exists; return its name."""
+    runtime = documents(path)[0]
+    try:
+        client.CustomObjectsApi(api).create_cluster_custom_object(
+            wire.TRAINER_GROUP, wire.TRAINER_VERSION, "clustertrainingruntimes", runtime
+        )
+    except ApiException as e:
+        if e.status != 409:  # installed by an earlier test of this run
+            raise
+    return str(runtime["metadata"]["name"])

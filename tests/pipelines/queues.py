@@ -1,8 +1,8 @@
 """The shipped Kueue wiring (pipelines/kueue/) installed for one test namespace.
 
 Cluster-scoped names get the namespace appended, and every reference between them follows,
-so tests never share a ClusterQueue. The AdmissionCheck is marked Active the way
-docs/pipelines.md tells users to: with a status patch, as there is no long-running controller.
+so tests never share a ClusterQueue. The AdmissionCheck is marked Active the way the README
+tells users to: with a status patch, as there is no long-running controller.
 """
 
 from __future__ import annotations

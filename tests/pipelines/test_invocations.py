@@ -26,7 +26,7 @@ INVOCATIONS: Final = [
     *render.job_invocations(),
 ]
 STEP_INVOCATIONS: Final = [i for i in INVOCATIONS if i.argv[0] not in cli.HELPERS]
-RETRIED: Final = frozenset({3, 75})  # changed since read; transient (docs/pipelines.md)
+RETRIED: Final = frozenset({3, 75})  # changed since read; transient (README: Images and pipelines)
 
 
 def ids(invocations: list[Invocation]) -> list[str]:

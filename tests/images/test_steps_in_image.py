@@ -18,6 +18,7 @@ from kubernetes import client
 from core import output, wire
 from tests.images import engine
 from tests.images.containers import ContainerRun, Mount, run_container
+from tests.requests import request_flags
 from tests.shipped import RUNTIMES, install_runtime
 
 pytestmark = pytest.mark.images
@@ -26,24 +27,7 @@ OUTPUTS: Final = "/outputs"
 # The layer the steps add to their base (venv, user, settings); build.sh's wheelhouse keeps
 # pip and the kubernetes asyncio client out, so it stays well under this.
 MAX_STEPS_LAYER: Final = 120 * 1024 * 1024
-REQUEST: Final = [
-    "--job-id",
-    "image-1",
-    "--generation",
-    "3",
-    "--submission",
-    "7",
-    "--attempt",
-    "1",
-    "--image",
-    "registry.example/trainer:1",
-    "--command",
-    "python",
-    "--command",
-    "train.py",
-    "--args=--lr",
-    "--args=0.1",
-]
+REQUEST: Final = request_flags("image-1")
 
 
 class StepRunner:

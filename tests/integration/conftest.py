@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import pytest
 import yaml
@@ -15,6 +15,7 @@ from core import wire
 from tests.conftest import Cluster
 from tests.integration.lifecycle import Kubelet, StepRun, run_step
 from tests.kueue_objects import KueueSetup
+from tests.requests import request_flags
 
 REPO: Final = Path(__file__).resolve().parents[2]
 RUNTIMES: Final = REPO / "pipelines" / "runtimes"
@@ -68,28 +69,7 @@ def kueue(custom: client.CustomObjectsApi, namespace: str) -> Iterator[KueueSetu
     setup.delete()
 
 
-def start_args(namespace: str, runtime: str, job_id: str, **extra: Any) -> list[str]:
-    """Flags of a start request whose command only reports (there is no kubelet to run it)."""
-    args = [
-        "--namespace",
-        namespace,
-        "--runtime-name",
-        runtime,
-        "--job-id",
-        job_id,
-        "--generation",
-        "3",
-        "--submission",
-        "7",
-        "--attempt",
-        "1",
-        "--image",
-        "registry.example/trainer:1",
-        "--command",
-        "python",
-        "--command",
-        "train.py",
-    ]
-    for key, value in extra.items():
-        args += [f"--{key.replace('_', '-')}", str(value)]
-    return args
+def start_args(namespace: str, runtime: str, job_id: str, **extra: str) -> list[str]:
+    """Flags of a start request in the test's namespace (there is no kubelet to run it)."""
+    flags = [f"--namespace={namespace}", f"--runtime-name={runtime}"]
+    return [*flags, *request_flags(job_id, args=False, extra=extra)]

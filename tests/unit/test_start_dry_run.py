@@ -14,6 +14,7 @@ import pytest
 from core import wire
 from core.identity import Counts, Identity, attempt_token, epoch
 from core.prologue import EXIT_REFUSED
+from tests.requests import request_flags
 from tests.shells import SHELLS, Shell, resolve_downward_env, shell_argv0
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,30 +23,8 @@ MPI_RUNTIME = REPO / "pipelines" / "runtimes" / "mpi-distributed.yaml"
 GOLDEN = REPO / "tests" / "golden"
 START = str(Path(sys.executable).parent / "dispatch-start")
 REQUEST = [
-    "--job-id",
-    "train-42",
-    "--generation",
-    "3",
-    "--submission",
-    "7",
-    "--attempt",
-    "2",
-    "--image",
-    "registry.example/trainer:1",
-    "--command",
-    "python",
-    "--command",
-    "train.py",
-    "--args=--lr",
-    "--args=0.1",
-    "--env",
-    "B_VAR=2",
-    "--env",
-    "A_VAR=1",
-    "--workdir",
-    "/workspace",
-    "--namespace",
-    "team-a",
+    *request_flags("train-42", attempt=2, extra={"workdir": "/workspace", "namespace": "team-a"}),
+    *["--env", "B_VAR=2", "--env", "A_VAR=1"],
 ]
 IDENTITY = Identity(job_id="train-42", generation=3, submission=7, attempt=2)
 
@@ -253,7 +232,7 @@ def test_bad_input_is_one_line_and_exit_2(extra: list[str], says: str) -> None:
     assert "\n" not in error_line(done)["message"]
 
 
-WITHOUT_COMMAND = [w for w in REQUEST if w not in ("--command", "python", "train.py")]
+WITHOUT_COMMAND = [w for w in REQUEST if not w.startswith("--command")]
 
 
 @pytest.mark.parametrize(

@@ -78,11 +78,6 @@ def decide_reservation(
         return Refusal(
             f"Workload {name} is controlled by {owner or 'no TrainJob'}, not TrainJob {trainjob}"
         )
-    state = check_state(workload, check)
-    if state is None:
-        return Refusal(
-            f"Workload {name} does not list admission check {check}: is it on the ClusterQueue?"
-        )
     reserved = _condition(workload, "QuotaReserved")
     for kind, reason in (
         ("Finished", "is finished"),
@@ -92,6 +87,15 @@ def decide_reservation(
             return Skip(f"Workload {name} {reason}")
     if reserved is None or reserved.get("status") != "True":
         return Skip(f"Workload {name} has no quota reserved yet")
+    state = check_state(workload, check)
+    if state is None and _is_true(workload, "Admitted"):
+        return Refusal(
+            f"Workload {name} was admitted without admission check {check}: "
+            "add the check to the ClusterQueue's admissionChecksStrategy"
+        )
+    if state is None:
+        # A Workload Kueue has only just written may not list its ClusterQueue's checks yet.
+        return Skip(f"Workload {name} does not list admission check {check} yet")
     if state != PENDING:
         return Skip(f"Workload {name}: admission check {check} is {state}, not {PENDING}")
     return Reservation(

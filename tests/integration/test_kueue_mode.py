@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from kubernetes import client
 
+from core import wire
 from tests.integration.conftest import Step, start_args
 from tests.integration.lifecycle import DEADLINE, TRAINER, Kubelet, admit_and_approve, read_trainjob
 from tests.kueue_objects import KUEUE, KueueSetup, condition
@@ -127,3 +130,48 @@ def test_approve_refuses_a_reservation_that_changed_after_admit(
     states = [c["state"] for c in live["status"]["admissionChecks"] if c["name"] == kueue.check]
     assert states == ["Pending"], "nothing was approved"
     assert read_trainjob(custom, namespace, name)["spec"]["suspend"] is True
+
+
+def test_admit_waits_for_a_reservation_that_comes_later(
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    kueue: KueueSetup,
+    custom: client.CustomObjectsApi,
+) -> None:
+    kueue.install(cpu="1")
+    queued = {"queue": kueue.local_queue, "resources_per_node": '{"requests":{"cpu":"1"}}'}
+    holder = step("start", *start_args(namespace, torch_runtime, "holder", **queued))
+    assert holder.code == 0, holder.error
+    waiter = step("start", *start_args(namespace, torch_runtime, "waiter", **queued))
+    assert waiter.code == 0, waiter.error
+    with ThreadPoolExecutor(1) as pool:
+        # Started at once, before Kueue has reserved (or even listed checks) for the waiter.
+        pending = pool.submit(
+            step,
+            "admit",
+            "--namespace",
+            namespace,
+            "--name",
+            waiter.result["name"],
+            "--check",
+            kueue.check,
+            "--wait",
+            "--timeout",
+            str(DEADLINE),
+        )
+
+        def queued_without_quota() -> bool | None:
+            workload = kueue.workload_of(waiter.result["uid"])
+            return True if workload and condition(workload, "QuotaReserved") == "False" else None
+
+        wait_until(queued_without_quota, what="the waiter to queue for quota", timeout=DEADLINE)
+        assert not pending.done(), f"admit gave up early: {pending.result().error}"
+        custom.delete_namespaced_custom_object(
+            *TRAINER, namespace, "trainjobs", holder.result["name"]
+        )
+        admitted = pending.result(timeout=DEADLINE + 30)
+    assert admitted.code == 0, admitted.error
+    assert admitted.result["admission"] == 1
+    job = read_trainjob(custom, namespace, waiter.result["name"])
+    assert job["metadata"]["annotations"][wire.ADMISSION_FLOOR_ANNOTATION] == "1"

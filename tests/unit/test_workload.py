@@ -19,6 +19,7 @@ def workload_dict(
     reserved: str = "True",
     evicted: str | None = None,
     finished: str | None = None,
+    admitted: str | None = None,
     owner: str = "train-1",
     owner_kind: str = "TrainJob",
     checks: bool = True,
@@ -26,7 +27,7 @@ def workload_dict(
     conditions = [
         {"type": "QuotaReserved", "status": reserved, "lastTransitionTime": "2026-11-30T10:00:00Z"}
     ]
-    for kind, condition in (("Evicted", evicted), ("Finished", finished)):
+    for kind, condition in (("Evicted", evicted), ("Finished", finished), ("Admitted", admitted)):
         if condition is not None:
             conditions.append({"type": kind, "status": condition})
     status: dict[str, Any] = {"conditions": conditions}
@@ -71,8 +72,18 @@ def test_pending_check_on_a_reservation_is_acted_on() -> None:
         ({"finished": "True"}, "is finished"),
         ({"state": "Ready"}, "is Ready, not Pending"),
         ({"state": "Retry"}, "is Retry, not Pending"),
+        ({"checks": False}, "does not list admission check dispatch-admission yet"),
+        ({"checks": False, "reserved": "False"}, "no quota reserved"),
     ],
-    ids=["unreserved", "evicted-still-reserved", "finished", "already-ready", "retry"],
+    ids=[
+        "unreserved",
+        "evicted-still-reserved",
+        "finished",
+        "already-ready",
+        "retry",
+        "checks-not-synced-yet",
+        "just-created",
+    ],
 )
 def test_workloads_not_to_act_on_are_skipped(overrides: dict[str, Any], says: str) -> None:
     decision = decide_reservation(workload_dict(**overrides), trainjob="train-1", check=CHECK)
@@ -85,9 +96,9 @@ def test_workloads_not_to_act_on_are_skipped(overrides: dict[str, Any], says: st
     [
         ({"owner": "someone-else"}, "controlled by someone-else"),
         ({"owner_kind": "Job"}, "controlled by no TrainJob"),
-        ({"checks": False}, "does not list admission check"),
+        ({"checks": False, "admitted": "True"}, "admitted without admission check"),
     ],
-    ids=["other-trainjob", "other-controller", "check-not-on-queue"],
+    ids=["other-trainjob", "other-controller", "admitted-without-our-check"],
 )
 def test_foreign_workloads_are_refused(overrides: dict[str, Any], says: str) -> None:
     decision = decide_reservation(workload_dict(**overrides), trainjob="train-1", check=CHECK)

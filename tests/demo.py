@@ -108,7 +108,7 @@ def kueue_lifecycle(demo: Demo, kubelet: Kubelet, kueue: KueueSetup) -> None:
     """Admission, preemption by a higher priority, re-admission."""
     low, high = f"{demo.namespace}-low", f"{demo.namespace}-high"
     kueue.install(cpu="1", priorities={low: 10, high: 1000})
-    queued = ("--queue", kueue.local_queue, "--resources-per-node", '{"requests":{"cpu":"1"}}')
+    queued = [f"--{key.replace('_', '-')}={value}" for key, value in kueue.queued_request().items()]
     name = demo.start("demo-kueue", 2, "--priority-class", low, *queued)
     admit_and_approve(demo.step, demo.namespace, name, kueue.check)
     demo.see("kueue", "admitted", kubelet, name, restart=0, admission=1)

@@ -47,6 +47,10 @@ class KueueSetup:
         """The LocalQueue in the test's namespace."""
         return "queue"
 
+    def queued_request(self) -> dict[str, str]:
+        """Start-request fields that queue a one-CPU TrainJob in this setup's LocalQueue."""
+        return {"queue": self.local_queue, "resources_per_node": '{"requests":{"cpu":"1"}}'}
+
     def _create(self, plural: str, kind: str, name: str, spec: dict[str, Any] | None) -> None:
         body: dict[str, Any] = {"apiVersion": API_VERSION, "kind": kind, "metadata": {"name": name}}
         if spec is not None:

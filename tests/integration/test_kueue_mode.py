@@ -25,7 +25,7 @@ def test_readmission_after_preemption_gives_r_2(
     custom: client.CustomObjectsApi,
 ) -> None:
     kueue.install(cpu="1", priorities={f"{namespace}-low": 10, f"{namespace}-high": 1000})
-    queued = {"queue": kueue.local_queue, "resources_per_node": '{"requests":{"cpu":"1"}}'}
+    queued = kueue.queued_request()
     victim = step(
         "start",
         *start_args(
@@ -81,13 +81,7 @@ def test_approve_refuses_a_reservation_that_changed_after_admit(
     kueue.install(cpu="1")
     started = step(
         "start",
-        *start_args(
-            namespace,
-            torch_runtime,
-            "changed",
-            queue=kueue.local_queue,
-            resources_per_node='{"requests":{"cpu":"1"}}',
-        ),
+        *start_args(namespace, torch_runtime, "changed", **kueue.queued_request()),
     )
     assert started.code == 0, started.error
     name = started.result["name"]
@@ -140,7 +134,7 @@ def test_admit_waits_for_a_reservation_that_comes_later(
     custom: client.CustomObjectsApi,
 ) -> None:
     kueue.install(cpu="1")
-    queued = {"queue": kueue.local_queue, "resources_per_node": '{"requests":{"cpu":"1"}}'}
+    queued = kueue.queued_request()
     holder = step("start", *start_args(namespace, torch_runtime, "holder", **queued))
     assert holder.code == 0, holder.error
     waiter = step("start", *start_args(namespace, torch_runtime, "waiter", **queued))

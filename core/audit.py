@@ -8,6 +8,7 @@ foreign so a person decides, and never stops, deletes or edits the job's spec.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -17,19 +18,25 @@ from core.identity import IdentityError, parse_counter
 from core.wire import (
     ADMISSION_ANNOTATION,
     ADMISSION_FLOOR_ANNOTATION,
+    COMPLETION_INDEX_KEY,
     FOREIGN,
     FOREIGN_ANNOTATION,
     FOREIGN_CAUSE_ANNOTATION,
+    HIGHEST_RESTART_ANNOTATION,
+    JOB_INDEX_KEY,
     JOBSET_UID_ANNOTATION,
     JOBSET_UID_KEY,
+    LAST_EXECUTION_ANNOTATION,
     PATCH_MANAGER,
     REPLICATED_JOB_NAME_KEY,
+    RESTART_ATTEMPT_KEY,
 )
 
 # Annotations share a 256 KiB budget per object; a job of many pods could otherwise produce a
 # cause the API server refuses (422), and then the flag would never be written at all.
 MAX_CAUSE_CHARS: Final = 8192
 CAUSE_SEPARATOR: Final = "; "
+MAX_EVENTS: Final = 10  # Warning Events per audit: the cause annotation holds the rest
 
 _TRIMMED: Final = " [trimmed]"
 _FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
@@ -44,6 +51,49 @@ class FindingKind(StrEnum):
     ADMISSION_FLOOR = "admission-floor"  # the floor itself is missing or garbage
     RUNTIME_PATCH = "runtime-patch"  # A in this project's runtime patch is missing, garbage, low
     POD_ADMISSION = "pod-admission"  # a live pod's A is missing, garbage or low
+    REPEATED_R = "repeated-r"  # an execution began with the R of the one recorded before it
+    LOWER_R = "lower-r"  # a live pod runs with an R below the one recorded
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Execution:
+    """The execution the audit last saw: its R, and one of its pods by slot and UID.
+
+    A slot (replicated job, Job index, completion index) has exactly one pod per execution:
+    with backoffLimit 0 a failed pod fails its Job and JobSet restarts with J + 1. So a pod of
+    the same slot with the same R and another UID is a new execution that repeated R.
+    """
+
+    r: int
+    slot: str
+    pod: str  # the pod's UID
+
+    def text(self) -> str:
+        """The annotation value."""
+        record = {"pod": self.pod, "r": self.r, "slot": self.slot}
+        return json.dumps(record, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def parse(cls, text: Any) -> Execution | None:
+        """The recorded execution; None when nothing (readable) is recorded."""
+        try:
+            record = json.loads(text) if isinstance(text, str) else None
+        except ValueError:
+            return None
+        if not isinstance(record, dict):
+            return None
+        r, slot, pod = record.get("r"), record.get("slot"), record.get("pod")
+        if not (isinstance(r, int) and isinstance(slot, str) and isinstance(pod, str)):
+            return None
+        return cls(r=r, slot=slot, pod=pod)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Observed:
+    """What the audit saw that its one update records beside any flag."""
+
+    highest_restart: int | None  # the highest J on the JobSet or any pod; None if none seen
+    execution: Execution | None  # the execution to record; None leaves the record as it is
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,7 +113,17 @@ def decide_findings(
     *,
     pods: Iterable[Mapping[str, Any]],
 ) -> tuple[Finding, ...]:
-    """Return every finding of DESIGN §2 for a TrainJob, its JobSet (None if absent) and pods.
+    """Return every finding of DESIGN §2 for a TrainJob, its JobSet (None if absent) and pods."""
+    return decide_audit(trainjob, jobset, pods=pods)[0]
+
+
+def decide_audit(
+    trainjob: Mapping[str, Any],
+    jobset: Mapping[str, Any] | None,
+    *,
+    pods: Iterable[Mapping[str, Any]],
+) -> tuple[tuple[Finding, ...], Observed]:
+    """Return the findings and what was observed, from one pass over `pods`.
 
     `pods` is iterated once, so pages of a pod list can be streamed through it.
     """
@@ -89,8 +149,10 @@ def decide_findings(
         )
         findings.append(Finding(kind=FindingKind.JOBSET_UID, reason=reason))
         recorded_uid = None
+    restarts = _Restarts()
     if jobset is not None:
         check_uid(_mapping(jobset.get("metadata")).get("uid"))
+        restarts.see(_mapping(jobset.get("status")).get("restarts"))
 
     read_floor = _read_counter(
         _annotations(trainjob).get(ADMISSION_FLOOR_ANNOTATION),
@@ -113,10 +175,12 @@ def decide_findings(
             _check_admission(value, name=where, floor=floor, kind=FindingKind.RUNTIME_PATCH)
         )
 
+    executions = _Executions(Execution.parse(_annotations(trainjob).get(LAST_EXECUTION_ANNOTATION)))
     for pod in pods:
+        labels = _at(pod, "metadata", "labels")
+        restarts.see(labels.get(RESTART_ATTEMPT_KEY))  # finished pods ran executions too
         if not _is_live(pod):
             continue  # terminating or finished: no execution runs with its values any more
-        labels = _at(pod, "metadata", "labels")
         check_uid(labels.get(JOBSET_UID_KEY))
         replicated_job_name = labels.get(REPLICATED_JOB_NAME_KEY)
         if replicated_job_name is not None and replicated_job_name not in admitted_jobs:
@@ -125,10 +189,89 @@ def decide_findings(
         pod_name = _word(_mapping(pod.get("metadata")).get("name"))
         where = f"pod {pod_name} annotation {ADMISSION_ANNOTATION}"
         value = _annotations(pod).get(ADMISSION_ANNOTATION)
-        findings.extend(
+        found = list(
             _check_admission(value, name=where, floor=floor, kind=FindingKind.POD_ADMISSION)
         )
-    return tuple(findings)
+        findings.extend(found)
+        if not found and isinstance(value, str):  # a canonical decimal, at or above the floor
+            findings.extend(executions.see(pod, admission=int(value)))
+    observed = Observed(highest_restart=restarts.highest, execution=executions.to_record())
+    return tuple(findings), observed
+
+
+class _Restarts:
+    """The highest J among everything seen; values that are not counts are left to the rest."""
+
+    def __init__(self) -> None:
+        self.highest: int | None = None
+
+    def see(self, value: Any) -> None:
+        if isinstance(value, str):
+            try:
+                value = parse_counter(value, name="J")
+            except IdentityError:
+                return
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            self.highest = value if self.highest is None else max(self.highest, value)
+
+
+class _Executions:
+    """Compares each live trainer pod with the recorded execution; picks the next record."""
+
+    def __init__(self, recorded: Execution | None) -> None:
+        self.recorded = recorded
+        self.latest: Execution | None = None  # the live execution seen, by its first slot
+        self.repeated = False
+
+    def see(self, pod: Mapping[str, Any], *, admission: int) -> Iterator[Finding]:
+        labels = _at(pod, "metadata", "labels")
+        try:
+            restart = parse_counter(labels.get(RESTART_ATTEMPT_KEY), name="J")
+        except IdentityError:
+            return  # the prologue refuses it (exit 125): no execution runs with it
+        meta = _mapping(pod.get("metadata"))
+        slot = "/".join(
+            _word(labels.get(key))
+            for key in (REPLICATED_JOB_NAME_KEY, JOB_INDEX_KEY, COMPLETION_INDEX_KEY)
+        )
+        seen = Execution(r=admission + restart, slot=slot, pod=_word(meta.get("uid")))
+        name = _word(meta.get("name"))
+        recorded = self.recorded
+        if recorded is not None and seen.r < recorded.r:
+            self.repeated = True
+            yield Finding(
+                kind=FindingKind.LOWER_R,
+                reason=(
+                    f"pod {name} runs with R = A + J = {admission} + {restart} = {seen.r}, "
+                    f"below the R = {recorded.r} an earlier execution had: A or J was reset"
+                ),
+            )
+        elif (
+            recorded is not None
+            and seen.r == recorded.r
+            and seen.slot == recorded.slot
+            and seen.pod != recorded.pod
+        ):
+            self.repeated = True
+            yield Finding(
+                kind=FindingKind.REPEATED_R,
+                reason=(
+                    f"pod {name} began an execution with R = {seen.r}, which the execution of "
+                    f"pod UID {recorded.pod} already had: the job was opened again without a "
+                    "raise of A (not by dispatch-unsuspend or the dispatch admission check)"
+                ),
+            )
+        if self.latest is None or seen.slot < self.latest.slot:
+            self.latest = seen
+
+    def to_record(self) -> Execution | None:
+        """A newer execution to record; None keeps the record (nothing newer, or a finding)."""
+        latest, recorded = self.latest, self.recorded
+        if self.repeated or latest is None:
+            return None
+        if recorded is not None and latest.r <= recorded.r:
+            return None
+        return latest
 
 
 def decide_annotations(
@@ -136,6 +279,7 @@ def decide_annotations(
     findings: Sequence[Finding],
     *,
     jobset: Mapping[str, Any] | None,
+    observed: Observed | None = None,
 ) -> dict[str, str] | None:
     """Return the TrainJob annotations the audit's one update sets, or None if none change."""
     current = _annotations(trainjob)
@@ -144,6 +288,8 @@ def decide_annotations(
     uid_found = any(finding.kind is FindingKind.JOBSET_UID for finding in findings)
     if JOBSET_UID_ANNOTATION not in current and isinstance(uid, str) and uid and not uid_found:
         wanted[JOBSET_UID_ANNOTATION] = uid  # first sight: later JobSets are compared with it
+    if observed is not None:
+        wanted.update(_observed_annotations(current, observed))
     if findings:
         wanted[FOREIGN_ANNOTATION] = FOREIGN
         # The cause is what this audit saw, so the same findings again write nothing.
@@ -153,6 +299,21 @@ def decide_annotations(
     # person, who removes the flag once satisfied (and, to accept a new JobSet, records its UID).
     changes = {key: value for key, value in wanted.items() if current.get(key) != value}
     return changes or None
+
+
+def _observed_annotations(current: Mapping[str, Any], observed: Observed) -> dict[str, str]:
+    """The highest J seen (only ever raised) and a newer execution, as annotations."""
+    wanted: dict[str, str] = {}
+    if observed.highest_restart is not None:
+        try:
+            recorded = parse_counter(current.get(HIGHEST_RESTART_ANNOTATION), name="J")
+        except IdentityError:
+            recorded = -1  # absent or unreadable: the seen value is the record from now on
+        if observed.highest_restart > recorded:
+            wanted[HIGHEST_RESTART_ANNOTATION] = str(observed.highest_restart)
+    if observed.execution is not None:
+        wanted[LAST_EXECUTION_ANNOTATION] = observed.execution.text()
+    return wanted
 
 
 def build_cause(reasons: Sequence[str]) -> str:

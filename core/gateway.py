@@ -13,6 +13,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -20,8 +21,9 @@ import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
+from loguru import logger
 
-from core import wire
+from core import events, wire
 from core.errors import (
     BadInput,
     DispatchError,
@@ -36,6 +38,7 @@ T = TypeVar("T")
 ATTEMPTS: Final = 4
 FIRST_BACKOFF: Final = 0.5  # seconds; doubled after each failed attempt
 REQUEST_TIMEOUT: Final = 30  # seconds per request
+EVENT_TIMEOUT: Final = 5  # seconds: an Event is best effort and must not hold a step up
 PAGE_SIZE: Final = 200
 TRAINJOBS: Final = "trainjobs"
 JOBSETS: Final = "jobsets"
@@ -338,6 +341,38 @@ class Gateway:
                 write=True,
             )
         )
+
+    # Events
+
+    def emit_event(
+        self,
+        trainjob: Mapping[str, Any],
+        *,
+        event_type: events.EventType,
+        reason: str,
+        message: str,
+        step: str,
+    ) -> bool:
+        """POST one Event about a TrainJob, best effort: a failure is logged, never raised."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = events.build_event(
+            trainjob, event_type=event_type, reason=reason, message=message, step=step, now=now
+        )
+        try:
+            self._core.create_namespaced_event(
+                event["metadata"]["namespace"],
+                event,  # type: ignore[arg-type]  # the client sends a dict body as it is
+                _request_timeout=EVENT_TIMEOUT,
+            )
+        except ApiException as e:
+            logger.bind(status=e.status).warning(
+                f"cannot record Event {event['reason']}: {e.status} {_status_message(e)}"
+            )
+            return False
+        except urllib3.exceptions.HTTPError as e:
+            logger.warning(f"cannot record Event {event['reason']}: {type(e).__name__}")
+            return False
+        return True
 
     # Pods
 

@@ -122,9 +122,16 @@ def attempt_token(identity: Identity, counts: Counts) -> str:
     return f"{identity.token_prefix}.{counts.admission}.{counts.restart}"
 
 
-def next_admission(*, in_patch: int, floor: int) -> int:
-    """The raise rule: max(A in the patch, floor) + 1, refused once R could overflow."""
-    raised = max(in_patch, floor) + 1
+def next_admission(*, in_patch: int, floor: int, highest_restart: int, restart: int) -> int:
+    """The raise rule: the new A keeps R = A + J above every R the job has had.
+
+    Every R so far is at most max(A in the patch, floor) + the highest J seen (A never exceeds
+    the floor, J never exceeds the highest J recorded). The next execution runs with the
+    current J (`restart`), so A must exceed that bound minus it. While the JobSet has never
+    been replaced, J is the highest J seen and this is DESIGN's max(A in the patch, floor) + 1;
+    after a reset of J it makes up for the restarts that were lost.
+    """
+    raised = max(in_patch, floor) + max(0, highest_restart - restart) + 1
     if raised > MAX_R:
         raise IdentityError(f"admission A={raised} would exceed {MAX_R}: the bound is reached")
     return raised

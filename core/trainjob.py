@@ -10,13 +10,12 @@ from dataclasses import dataclass
 from typing import Any, Final, NewType
 
 from core import wire
+from core.errors import DispatchError, Foreign, Refused
 from core.identity import IdentityError, next_admission, parse_counter
 from core.prologue import wrap_command
 from core.request import StartRequest
 
 INITIAL_ADMISSION: Final = "0"  # A before the first admission; R = 1 only once it is raised
-MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
-MANAGED_BY: Final = "dispatch-k8s"
 IDENTITY_ANNOTATIONS: Final = (
     wire.JOB_ID_ANNOTATION,
     wire.GENERATION_ANNOTATION,
@@ -77,7 +76,7 @@ def build_trainjob(request: StartRequest, *, trainer_job: str) -> dict[str, Any]
         trainer["numNodes"] = request.num_nodes
     if request.resources_per_node is not None:
         trainer["resourcesPerNode"] = request.resources_per_node
-    labels = {MANAGED_BY_LABEL: MANAGED_BY}
+    labels = {wire.MANAGED_BY_LABEL: wire.MANAGED_BY}
     if request.queue is not None:
         labels[wire.QUEUE_LABEL] = request.queue
     if request.priority_class is not None:
@@ -135,6 +134,14 @@ class Refusal:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class ForeignFlag(Refusal):
+    """The audit flagged the TrainJob foreign: no step opens it until a person clears the flag.
+
+    The step turns it into exit 7, as the audit's own finding.
+    """
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Raise:
     """A decided raise of A, tied to the resourceVersion it was decided on."""
@@ -142,6 +149,9 @@ class Raise:
     admission: int
     resource_version: ResourceVersion
     jobset_uid: str | None  # recorded in the same update when first seen, else None
+    restart: int  # J of the JobSet as read: the next execution's J, unless it is replaced
+    highest_restart: int  # the highest J seen, recorded in the same update
+    generation: int  # metadata.generation the update produces: the spec changes, so read + 1
 
 
 def _patch_entry(trainjob: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -197,9 +207,51 @@ def active_replicated_job(jobset: Mapping[str, Any] | None) -> str | None:
     return None
 
 
+def refusal_error(refusal: Refusal) -> DispatchError:
+    """The step's outcome for a refusal: 7 for a foreign flag, 6 for every other rule."""
+    return Foreign(refusal.reason) if isinstance(refusal, ForeignFlag) else Refused(refusal.reason)
+
+
+def foreign_flag(trainjob: Mapping[str, Any]) -> ForeignFlag | None:
+    """The audit's foreign flag on a TrainJob, told with its cause and how a person clears it."""
+    annotations = trainjob.get("metadata", {}).get("annotations") or {}
+    if annotations.get(wire.FOREIGN_ANNOTATION) != wire.FOREIGN:
+        return None
+    name = trainjob["metadata"]["name"]
+    cause = annotations.get(wire.FOREIGN_CAUSE_ANNOTATION) or "no cause recorded"
+    return ForeignFlag(
+        f"TrainJob {name} is flagged foreign ({wire.FOREIGN_ANNOTATION}): {cause}. A person "
+        f"checks the cause, then removes the annotations {wire.FOREIGN_ANNOTATION} and "
+        f"{wire.FOREIGN_CAUSE_ANNOTATION} (README: Clearing a foreign flag)"
+    )
+
+
+def restart_count(jobset: Mapping[str, Any] | None) -> int | Refusal:
+    """J of the JobSet (status.restarts); 0 before it exists, as a new JobSet starts."""
+    value = (jobset or {}).get("status", {}).get("restarts", 0)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        return Refusal(f"JobSet status.restarts {value!r} is not a count")
+    return value
+
+
+def highest_restart(trainjob: Mapping[str, Any]) -> int | Refusal:
+    """The highest J recorded on the TrainJob; 0 before anything was recorded."""
+    annotations = trainjob.get("metadata", {}).get("annotations") or {}
+    value = annotations.get(wire.HIGHEST_RESTART_ANNOTATION)
+    if value is None:
+        return 0
+    try:
+        return parse_counter(value, name=f"annotation {wire.HIGHEST_RESTART_ANNOTATION}")
+    except IdentityError as e:
+        return Refusal(str(e))
+
+
 def decide_raise(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None) -> Raise | Refusal:
     """Return the next A for a suspended TrainJob, or why it may not be raised."""
     name = trainjob["metadata"]["name"]
+    flag = foreign_flag(trainjob)
+    if flag is not None:
+        return flag
     if trainjob.get("spec", {}).get("suspend") is not True:
         return Refusal(
             f"TrainJob {name}: spec.suspend is not true: A may change only while suspended"
@@ -212,20 +264,32 @@ def decide_raise(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None) 
             f"TrainJob {name}: JobSet replicated job {busy} still has active Jobs; wait until "
             "status.replicatedJobsStatus[].active is 0 for every replicated job, then run again"
         )
-    in_patch = admission_in_patch(trainjob)
-    if isinstance(in_patch, Refusal):
-        return Refusal(f"TrainJob {name}: {in_patch.reason}")
-    floor = admission_floor(trainjob)
-    if isinstance(floor, Refusal):
-        return Refusal(f"TrainJob {name}: {floor.reason}")
+    generation = trainjob["metadata"].get("generation")
+    if not isinstance(generation, int) or isinstance(generation, bool):
+        return Refusal(f"TrainJob {name}: metadata.generation {generation!r} is not a number")
+    counters = (
+        admission_in_patch(trainjob),
+        admission_floor(trainjob),
+        highest_restart(trainjob),
+        restart_count(jobset),
+    )
+    for counter in counters:
+        if isinstance(counter, Refusal):
+            return Refusal(f"TrainJob {name}: {counter.reason}")
+    in_patch, floor, highest, restart = (c for c in counters if not isinstance(c, Refusal))
     try:
-        admission = next_admission(in_patch=in_patch, floor=floor)
+        admission = next_admission(
+            in_patch=in_patch, floor=floor, highest_restart=highest, restart=restart
+        )
     except IdentityError as e:
         return Refusal(f"TrainJob {name}: {e}")
     return Raise(
         admission=admission,
         resource_version=ResourceVersion(trainjob["metadata"]["resourceVersion"]),
         jobset_uid=jobset_uid_to_record(trainjob, jobset),
+        restart=restart,
+        highest_restart=max(highest, restart),
+        generation=generation + 1,
     )
 
 
@@ -242,7 +306,15 @@ def jobset_uid_to_record(
 def with_admission(
     trainjob: Mapping[str, Any], decision: Raise, *, suspend: bool | None = None
 ) -> dict[str, Any]:
-    """The TrainJob with A raised in the patch and the floor, all in one object to PUT."""
+    """The TrainJob with A raised in the patch and the floor, all in one object to PUT.
+
+    The same update records the highest J seen, and until which metadata.generation the job
+    may be opened on this raise (pipelines/policies/ read it). A raise that opens in the same
+    update is spent by it: any later opening comes after a suspension, which moves the
+    generation past the record. A raise made while suspended may be opened on one spec change
+    later, for Kueue writes its pod-set patch in one update and opens in the next; an
+    opening and the suspension before another take two.
+    """
     raised = copy.deepcopy(dict(trainjob))
     value = str(decision.admission)
     for entry in raised["spec"]["runtimePatches"]:
@@ -252,6 +324,10 @@ def with_admission(
                 metadata.setdefault("annotations", {})[wire.ADMISSION_ANNOTATION] = value
     annotations = raised["metadata"].setdefault("annotations", {})
     annotations[wire.ADMISSION_FLOOR_ANNOTATION] = value
+    opens = suspend is False
+    open_until = decision.generation if opens else decision.generation + 1
+    annotations[wire.OPEN_UNTIL_GENERATION_ANNOTATION] = str(open_until)
+    annotations[wire.HIGHEST_RESTART_ANNOTATION] = str(decision.highest_restart)
     if decision.jobset_uid is not None:
         annotations[wire.JOBSET_UID_ANNOTATION] = decision.jobset_uid
     if suspend is not None:

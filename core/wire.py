@@ -12,6 +12,15 @@ ADMISSION_ANNOTATION: Final = f"{DOMAIN}/admission"
 ADMISSION_FLOOR_ANNOTATION: Final = f"{DOMAIN}/admission-floor"
 # On the TrainJob: the JobSet UID first seen, to detect a reset of J.
 JOBSET_UID_ANNOTATION: Final = f"{DOMAIN}/jobset-uid"
+# On the TrainJob: the last metadata.generation at which the job may be opened without a
+# raise in the same request, written by every raise (pipelines/policies/ read it).
+OPEN_UNTIL_GENERATION_ANNOTATION: Final = f"{DOMAIN}/open-until-generation"
+# On the TrainJob: the highest J seen on any of its JobSets, so a raise after a reset of J
+# still gives an R above every R the job has had.
+HIGHEST_RESTART_ANNOTATION: Final = f"{DOMAIN}/highest-restart"
+# On the TrainJob: the execution the audit last saw (its R and one of its pods), so a later
+# execution that repeats that R is noticed where the policies are not installed.
+LAST_EXECUTION_ANNOTATION: Final = f"{DOMAIN}/last-execution"
 # On the TrainJob: "true" once the audit found a reset; only a person removes it.
 FOREIGN_ANNOTATION: Final = f"{DOMAIN}/foreign"
 # On the TrainJob: the findings behind the foreign flag, for the person who decides.
@@ -39,6 +48,10 @@ ENV_ATTEMPT: Final = "DISPATCH_ATTEMPT"
 RESERVED_ENV_PREFIX: Final = "DISPATCH_"
 PROLOGUE_NAME: Final = "dispatch-prologue"  # $0 of the prologue: shows in ps and messages
 
+# On every TrainJob start makes: the admission policies match on it.
+MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY: Final = "dispatch-k8s"
+
 # Trainer (reference/trainer.md).
 TRAINER_GROUP: Final = "trainer.kubeflow.org"
 TRAINER_VERSION: Final = "v1alpha1"
@@ -55,6 +68,9 @@ JOBSET_NAME_KEY: Final = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_UID_KEY: Final = "jobset.sigs.k8s.io/jobset-uid"
 # Which replicated job a pod runs (reference/jobset.md §4).
 REPLICATED_JOB_NAME_KEY: Final = "jobset.sigs.k8s.io/replicatedjob-name"
+JOB_INDEX_KEY: Final = "jobset.sigs.k8s.io/job-index"
+# Kubernetes Indexed Jobs: which completion index a pod runs.
+COMPLETION_INDEX_KEY: Final = "batch.kubernetes.io/job-completion-index"
 
 # Kueue (reference/kueue.md).
 KUEUE_GROUP: Final = "kueue.x-k8s.io"

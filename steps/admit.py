@@ -7,7 +7,7 @@ from typing import Any
 
 from loguru import logger
 
-from core import output, trainjob, wire, workload
+from core import events, output, trainjob, wire, workload
 from core.errors import Refused, Transient
 from core.gateway import Gateway
 from core.settings import AdmitSettings
@@ -34,6 +34,9 @@ def run(settings: AdmitSettings) -> output.Result:
     """Find the reservation, read the TrainJob and JobSet, raise A once, report."""
     gateway = Gateway.connect(kubeconfig=settings.kubeconfig, context=settings.context)
     job = gateway.read_trainjob(settings.namespace, settings.name)
+    flag = trainjob.foreign_flag(job)
+    if flag is not None:  # before any wait: no reservation of a flagged job is acted on
+        raise trainjob.refusal_error(flag)
     selector = f"{wire.KUEUE_JOB_UID_LABEL}={job['metadata']['uid']}"
     if settings.wait:
         watched = gateway.watch_workloads(settings.namespace, selector, timeout=settings.timeout)
@@ -52,11 +55,17 @@ def run(settings: AdmitSettings) -> output.Result:
     jobset = gateway.read_jobset(settings.namespace, settings.name)
     decision = trainjob.decide_raise(job, jobset)
     if isinstance(decision, trainjob.Refusal):
-        raise Refused(decision.reason)
+        raise trainjob.refusal_error(decision)
     written = gateway.update_trainjob(
         trainjob.with_admission(job, decision), decision.resource_version
     )
     logger.bind(admission=decision.admission, workload=found.workload).info("raised admission")
+    message = events.raise_message(
+        admission=decision.admission, restart=decision.restart, workload=found.workload
+    )
+    gateway.emit_event(
+        written, event_type="Normal", reason=events.RAISED, message=message, step="admit"
+    )
     return {
         "admission": decision.admission,
         "resourceVersion": written["metadata"]["resourceVersion"],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from loguru import logger
 
-from core import audit, output, trainjob, wire
+from core import audit, events, output, trainjob, wire
 from core.errors import Foreign
 from core.gateway import Gateway
 from core.settings import TrainJobSettings
@@ -16,8 +16,8 @@ def run(settings: TrainJobSettings) -> output.Result:
     job = gateway.read_trainjob(settings.namespace, settings.name)
     jobset = gateway.read_jobset(settings.namespace, settings.name)
     pods = gateway.list_pods(settings.namespace, f"{wire.JOBSET_NAME_KEY}={settings.name}")
-    findings = audit.decide_findings(job, jobset, pods=pods)
-    changes = audit.decide_annotations(job, findings, jobset=jobset)
+    findings, observed = audit.decide_audit(job, jobset, pods=pods)
+    changes = audit.decide_annotations(job, findings, jobset=jobset, observed=observed)
     version = job["metadata"]["resourceVersion"]
     if changes:
         body = audit.with_annotations(job, changes)
@@ -26,6 +26,16 @@ def run(settings: TrainJobSettings) -> output.Result:
         logger.bind(annotations=sorted(changes)).info("updated TrainJob annotations")
     for finding in findings:
         logger.bind(kind=str(finding.kind)).warning(finding.reason)
+    if changes and wire.FOREIGN_CAUSE_ANNOTATION in changes:
+        # Only findings not told before: an audit every 15 minutes must not repeat them.
+        for finding in findings[: audit.MAX_EVENTS]:
+            gateway.emit_event(
+                job,
+                event_type="Warning",
+                reason=events.FLAGGED,
+                message=f"{finding.kind}: {finding.reason}",
+                step="audit",
+            )
     if findings:
         cause = audit.build_cause([finding.reason for finding in findings])
         raise Foreign(f"flagged foreign: {cause}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from loguru import logger
 
-from core import output, trainjob
+from core import events, output, trainjob
 from core.errors import Refused
 from core.gateway import Gateway
 from core.settings import TrainJobSettings
@@ -22,10 +22,17 @@ def run(settings: TrainJobSettings) -> output.Result:
     jobset = gateway.read_jobset(settings.namespace, settings.name)
     decision = trainjob.decide_raise(job, jobset)
     if isinstance(decision, trainjob.Refusal):
-        raise Refused(decision.reason)
+        raise trainjob.refusal_error(decision)
     body = trainjob.with_admission(job, decision, suspend=False)
     written = gateway.update_trainjob(body, decision.resource_version)
     logger.bind(admission=decision.admission).info("raised admission and unsuspended")
+    gateway.emit_event(
+        written,
+        event_type="Normal",
+        reason=events.RAISED,
+        message=events.raise_message(admission=decision.admission, restart=decision.restart),
+        step="unsuspend",
+    )
     return {
         "admission": decision.admission,
         "resourceVersion": written["metadata"]["resourceVersion"],

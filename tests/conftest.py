@@ -2,7 +2,10 @@
 
 `control_plane` starts the local control plane once per pytest run (tests/cluster/harness.py), or,
 when DISPATCH_TEST_KUBECONFIG names a kubeconfig, uses that cluster instead (DESIGN §4).
-`namespace` gives each test a fresh namespace and deletes it afterwards.
+`namespace` gives each test a fresh namespace and deletes it afterwards. The shipped admission
+policies are installed once (tests/policies.py) and apply in every test's namespace unless the
+test is marked `@pytest.mark.policies("guard")` (the ValidatingAdmissionPolicies only) or
+`@pytest.mark.policies("none")`.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from tests import policies
 from tests.cluster import binaries
 from tests.cluster.harness import ControlPlane
+from tests.shipped import install_runtime
 
 EXISTING_CLUSTER_ENV: Final = "DISPATCH_TEST_KUBECONFIG"
 _PLANE: Final = pytest.StashKey[ControlPlane]()
@@ -66,17 +71,28 @@ def api_client(control_plane: Cluster) -> Iterator[client.ApiClient]:
         yield api
 
 
+@pytest.fixture(scope="session")
+def admission_policies(api_client: client.ApiClient) -> None:
+    """pipelines/policies/ installed, bound to the test namespaces, and acting."""
+    policies.install(api_client, install_runtime(api_client))
+
+
 def _namespace_name(test_name: str) -> str:
     base = _NAME_UNSAFE.sub("-", test_name.lower()).strip("-")[:40].rstrip("-")
     return f"{base}-{secrets.token_hex(3)}"
 
 
 @pytest.fixture
-def namespace(request: pytest.FixtureRequest, api_client: client.ApiClient) -> Iterator[str]:
-    """A fresh namespace named after the test; deleted (not awaited) afterwards."""
+def namespace(
+    request: pytest.FixtureRequest, api_client: client.ApiClient, admission_policies: None
+) -> Iterator[str]:
+    """A fresh namespace named after the test, where the policies it is marked with apply
+    (default: all); deleted (not awaited) afterwards."""
     core = client.CoreV1Api(api_client)
     name = _namespace_name(request.node.name)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    marker = request.node.get_closest_marker("policies")
+    applied: policies.Policies = marker.args[0] if marker else "all"
+    core.create_namespace(policies.namespace_body(name, applied))
     try:
         yield name
     finally:

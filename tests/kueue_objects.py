@@ -145,6 +145,18 @@ class KueueSetup:
                 if e.status != 404:
                     raise
 
+    def set_active(self, trainjob_uid: str, *, active: bool) -> None:
+        """Deactivate (Kueue evicts and suspends the job) or reactivate a TrainJob's Workload."""
+        workload = self.workload_of(trainjob_uid)
+        assert workload is not None, f"no Workload of TrainJob {trainjob_uid}"
+        self.custom.patch_namespaced_custom_object(
+            *KUEUE,
+            self.namespace,
+            "workloads",
+            workload["metadata"]["name"],
+            {"spec": {"active": active}},
+        )
+
     def workload_of(self, trainjob_uid: str) -> dict[str, Any] | None:
         """The Workload Kueue made for a TrainJob, found by its job-uid label."""
         listed = self.custom.list_namespaced_custom_object(

@@ -52,6 +52,10 @@ CONTROLLER_ORDER: Final = ("kueue", "jobset", "trainer")
 CLUSTER_NAME: Final = "dispatch-test"
 ADMIN_USER: Final = "dispatch-admin"
 ADMIN_GROUPS: Final = ("system:masters",)
+# kube-controller-manager's own identity, as kubeadm gives it: with
+# --use-service-account-credentials=false its garbage and namespace controllers act as this
+# user, which the JobSet guard (pipelines/policies/guard.yaml) lets delete a JobSet.
+KCM_USER: Final = "system:kube-controller-manager"
 WEBHOOK_UNREACHABLE: Final = "failed calling webhook"
 PROBE_NAME: Final = "dispatch-harness-probe"
 
@@ -226,6 +230,9 @@ class ControlPlane:
         self._ca.client(ADMIN_USER, ADMIN_GROUPS).write(
             self._pki / "admin.crt", self._pki / "admin.key"
         )
+        self._ca.client(KCM_USER, ADMIN_GROUPS).write(
+            self._pki / "kcm-client.crt", self._pki / "kcm-client.key"
+        )
         certs.service_account_signing_key().write(self._pki / "sa.pub", self._pki / "sa.key")
 
     def _start_etcd(self, binary: Path, client: int, peer: int) -> None:
@@ -294,10 +301,17 @@ class ControlPlane:
             return None
 
     def _write_kubeconfig(self) -> None:
+        self._write_kubeconfig_for(ADMIN_USER, "admin", self.kubeconfig)
+        self._write_kubeconfig_for(KCM_USER, "kcm-client", self._kcm_kubeconfig)
+
+    @property
+    def _kcm_kubeconfig(self) -> Path:
+        return self.run_dir / "kube-controller-manager.kubeconfig"
+
+    def _write_kubeconfig_for(self, user: str, pair: str, path: Path) -> None:
         def data(name: str) -> str:
             return base64.b64encode((self._pki / name).read_bytes()).decode()
 
-        user = ADMIN_USER
         config = {
             "apiVersion": "v1",
             "kind": "Config",
@@ -314,8 +328,8 @@ class ControlPlane:
                 {
                     "name": user,
                     "user": {
-                        "client-certificate-data": data("admin.crt"),
-                        "client-key-data": data("admin.key"),
+                        "client-certificate-data": data(f"{pair}.crt"),
+                        "client-key-data": data(f"{pair}.key"),
                     },
                 }
             ],
@@ -324,11 +338,11 @@ class ControlPlane:
             ],
             "current-context": CLUSTER_NAME,
         }
-        self.kubeconfig.touch(mode=0o600)
-        self.kubeconfig.write_text(yaml.safe_dump(config, sort_keys=False))
+        path.touch(mode=0o600)
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
 
     def _start_controller_manager(self, binary: Path, port: int) -> None:
-        kubeconfig = str(self.kubeconfig)
+        kubeconfig = str(self._kcm_kubeconfig)
         self._process(
             "kube-controller-manager",
             [

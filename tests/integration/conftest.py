@@ -13,9 +13,11 @@ from kubernetes.client.exceptions import ApiException
 
 from core import wire
 from tests.conftest import Cluster
-from tests.integration.lifecycle import Kubelet, StepRun, run_step
+from tests.integration.lifecycle import DEADLINE, Kubelet, StepRun, run_step
 from tests.kueue_objects import KueueSetup
+from tests.policies import Policies
 from tests.requests import request_flags
+from tests.wait import wait_until
 
 REPO: Final = Path(__file__).resolve().parents[2]
 RUNTIMES: Final = REPO / "pipelines" / "runtimes"
@@ -67,6 +69,32 @@ def kueue(custom: client.CustomObjectsApi, namespace: str) -> Iterator[KueueSetu
     setup = KueueSetup(custom, namespace)
     yield setup
     setup.delete()
+
+
+def with_policies(*installed: Policies) -> pytest.MarkDecorator:
+    """Run a test once per install: the steps must work the same with any of them."""
+    params = [pytest.param(which, marks=pytest.mark.policies(which)) for which in installed]
+    return pytest.mark.parametrize("installed", params)
+
+
+def start_queued(
+    step: Step, namespace: str, runtime: str, kueue: KueueSetup, job_id: str
+) -> StepRun:
+    """Start a one-CPU TrainJob in the Kueue setup's LocalQueue."""
+    started = step("start", *start_args(namespace, runtime, job_id, **kueue.queued_request()))
+    assert started.code == 0, started.error
+    return started
+
+
+def wait_suspended(custom: client.CustomObjectsApi, namespace: str, name: str) -> None:
+    """Wait until the TrainJob is suspended (by Kueue, after an eviction)."""
+
+    def suspended() -> bool | None:
+        job = custom.get_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name)
+        assert isinstance(job, dict)
+        return job["spec"].get("suspend") is True or None
+
+    wait_until(suspended, what=f"TrainJob {name} to be suspended", timeout=DEADLINE)
 
 
 def start_args(namespace: str, runtime: str, job_id: str, **extra: str) -> list[str]:

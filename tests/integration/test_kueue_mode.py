@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client
 
 from core import wire
-from tests.integration.conftest import Step, start_args
+from tests.integration.conftest import Step, start_args, with_policies
 from tests.integration.lifecycle import DEADLINE, TRAINER, Kubelet, admit_and_approve, read_trainjob
 from tests.kueue_objects import KUEUE, KueueSetup, condition
 from tests.wait import wait_until
@@ -16,7 +16,9 @@ from tests.wait import wait_until
 pytestmark = pytest.mark.integration
 
 
+@with_policies("all", "guard")
 def test_readmission_after_preemption_gives_r_2(
+    installed: str,
     step: Step,
     kubelet: Kubelet,
     namespace: str,

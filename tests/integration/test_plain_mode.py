@@ -6,7 +6,7 @@ import pytest
 from kubernetes import client
 
 from core import wire
-from tests.integration.conftest import Step, start_args
+from tests.integration.conftest import Step, start_args, with_policies
 from tests.integration.lifecycle import (
     Execution,
     Kubelet,
@@ -25,7 +25,9 @@ def assert_increasing(executions: list[Execution]) -> None:
     assert len(set(attempts)) == len(attempts), f"attempts must be unique: {attempts}"
 
 
+@with_policies("all", "guard", "none")
 def test_release_after_restart_and_hold_gives_r_3(
+    installed: str,
     step: Step,
     kubelet: Kubelet,
     namespace: str,

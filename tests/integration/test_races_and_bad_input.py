@@ -100,6 +100,7 @@ def test_raise_on_a_running_trainjob_is_exit_6_and_writes_nothing(
     ],
     ids=["garbage-floor", "missing-floor", "floor-at-bound"],
 )
+@pytest.mark.policies("none")  # the guard refuses the garbage itself (test_policies.py)
 def test_garbage_in_annotations_is_refused_and_nothing_written(
     step: Step,
     namespace: str,

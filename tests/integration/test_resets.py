@@ -1,4 +1,8 @@
-"""Resets are detected, not prevented: the audit flags each one; a clean job audits clean."""
+"""Where no policy prevents a reset, the audit flags each one; a clean job audits clean.
+
+Each reset here (a JobSet deleted by hand, a lowered A) is refused by pipelines/policies/
+(tests/integration/test_policies.py); these run where none is installed.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from tests.integration.lifecycle import (
 )
 from tests.wait import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.policies("none")]
 
 
 def running_job(step: Step, kubelet: Kubelet, namespace: str, runtime: str, job_id: str) -> str:
@@ -41,6 +45,11 @@ def test_clean_job_audits_clean_and_writes_nothing(
     custom: client.CustomObjectsApi,
 ) -> None:
     name = running_job(step, kubelet, namespace, torch_runtime, "clean")
+    first = step("audit", "--namespace", namespace, "--name", name)
+    assert first.code == 0, first.error
+    assert (first.result["findings"], first.result["recorded"]) == (0, True)
+    annotations = read_trainjob(custom, namespace, name)["metadata"]["annotations"]
+    assert '"r":1' in annotations[wire.LAST_EXECUTION_ANNOTATION], "the running execution"
     before = content(read_trainjob(custom, namespace, name))
     audited = step("audit", "--namespace", namespace, "--name", name)
     assert audited.code == 0, audited.error

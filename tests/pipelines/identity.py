@@ -76,12 +76,15 @@ def identity_objects(namespace: str, *, denied: Rule | None = None) -> list[Mani
     return objects
 
 
-def _token(api: client.ApiClient, namespace: str) -> str:
+def service_account_token(
+    api: client.ApiClient, namespace: str, service_account: str = SERVICE_ACCOUNT
+) -> str:
+    """A one-hour token of a ServiceAccount (TokenRequest API)."""
     request = client.AuthenticationV1TokenRequest(
         spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
     )
     answer = client.CoreV1Api(api).create_namespaced_service_account_token(
-        SERVICE_ACCOUNT, namespace, request
+        service_account, namespace, request
     )
     assert answer.status is not None
     return str(answer.status.token)
@@ -147,7 +150,7 @@ def install_identity(
     objects = identity_objects(namespace, denied=denied)
     for document in objects:
         kube.apply(api, document, namespace=namespace)
-    token = _token(api, namespace)
+    token = service_account_token(api, namespace)
     kubeconfig = token_kubeconfig(admin_kubeconfig, token, work / f"{SERVICE_ACCOUNT}.kubeconfig")
     return StepIdentity(api=api, namespace=namespace, kubeconfig=kubeconfig, objects=objects)
 

@@ -55,6 +55,10 @@ def test_every_kind_shipped_is_dry_run() -> None:
         "LocalQueue",
         "ResourceFlavor",
         "ClusterTrainingRuntime",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
     }
 
 
@@ -89,6 +93,34 @@ def misspelt_step_command() -> Manifest:
     return hold
 
 
+def policy(kind: str) -> Manifest:
+    found = [d for d in documents(PIPELINES / "policies" / "guard.yaml") if d["kind"] == kind]
+    found += [
+        d for d in documents(PIPELINES / "policies" / "raise-on-open.yaml") if d["kind"] == kind
+    ]
+    return copy.deepcopy(found[0])
+
+
+def guard_with_a_cel_typo() -> Manifest:
+    guard = policy("ValidatingAdmissionPolicy")
+    rule = guard["spec"]["validations"][0]
+    rule["expression"] = rule["expression"].replace("variables.update", "variables.updat")
+    return guard
+
+
+def raise_with_a_syntax_error() -> Manifest:
+    raising = policy("MutatingAdmissionPolicy")
+    condition = raising["spec"]["matchConditions"][0]
+    condition["expression"] = condition["expression"].replace("&&", "&& &&")
+    return raising
+
+
+def guard_with_a_message_of_the_wrong_type() -> Manifest:
+    guard = policy("ValidatingAdmissionPolicy")
+    guard["spec"]["validations"][2]["messageExpression"] = "object.metadata.generation"
+    return guard
+
+
 @pytest.mark.usefixtures("pipeline_crds")
 @pytest.mark.parametrize(
     ("broken", "message"),
@@ -96,8 +128,18 @@ def misspelt_step_command() -> Manifest:
         (misspelt_retry, 'unknown field "spec.templates[0].retryStrategy.expresion"'),
         (unknown_retry_policy, "Unsupported value"),
         (misspelt_step_command, 'unknown field "spec.steps[0].comand"'),
+        (guard_with_a_cel_typo, "compilation failed"),
+        (raise_with_a_syntax_error, "compilation failed"),
+        (guard_with_a_message_of_the_wrong_type, "must evaluate to string"),
     ],
-    ids=["argo-misspelt-field", "argo-bad-enum", "tekton-misspelt-field"],
+    ids=[
+        "argo-misspelt-field",
+        "argo-bad-enum",
+        "tekton-misspelt-field",
+        "guard-cel-typo",
+        "raise-cel-syntax",
+        "guard-message-type",
+    ],
 )
 def test_the_dry_run_catches_a_broken_manifest(
     broken: Callable[[], Manifest], message: str, api_client: client.ApiClient, namespace: str

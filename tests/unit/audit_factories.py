@@ -8,11 +8,15 @@ from core.trainjob import build_runtime_patch
 from core.wire import (
     ADMISSION_ANNOTATION,
     ADMISSION_FLOOR_ANNOTATION,
+    COMPLETION_INDEX_KEY,
     FOREIGN_ANNOTATION,
     FOREIGN_CAUSE_ANNOTATION,
+    HIGHEST_RESTART_ANNOTATION,
+    JOB_INDEX_KEY,
     JOBSET_NAME_KEY,
     JOBSET_UID_ANNOTATION,
     JOBSET_UID_KEY,
+    LAST_EXECUTION_ANNOTATION,
     REPLICATED_JOB_NAME_KEY,
     RESTART_ATTEMPT_KEY,
 )
@@ -32,6 +36,9 @@ def trainjob_dict(
     cause: str | None = None,
     patched: bool = True,
     trainer_job: str = TRAINER_JOB,
+    highest_restart: str | None = None,
+    last_execution: str | None = None,
+    generation: Any = 3,
 ) -> dict[str, Any]:
     """A TrainJob as the steps leave it after one raise; None leaves an annotation unset."""
     annotations = {
@@ -39,6 +46,8 @@ def trainjob_dict(
         JOBSET_UID_ANNOTATION: jobset_uid,
         FOREIGN_ANNOTATION: foreign,
         FOREIGN_CAUSE_ANNOTATION: cause,
+        HIGHEST_RESTART_ANNOTATION: highest_restart,
+        LAST_EXECUTION_ANNOTATION: last_execution,
     }
     # Someone else's patch sits beside ours, as a Kueue or platform patch would.
     patches: list[dict[str, Any]] = [{"manager": "platform.example/limits"}]
@@ -55,6 +64,7 @@ def trainjob_dict(
             "name": NAME,
             "namespace": "team-a",
             "resourceVersion": "4711",
+            "generation": generation,
             "annotations": _set(annotations),
         },
         "spec": {"suspend": False, "trainer": {"image": "train:1"}, "runtimePatches": patches},
@@ -79,6 +89,9 @@ def pod_dict(
     replicated_job: str | None = TRAINER_JOB,
     phase: str = "Running",
     terminating: bool = False,
+    restart: str = "0",
+    completion_index: str = "0",
+    uid: str = "pod-uid-1",
 ) -> dict[str, Any]:
     """A pod of the JobSet with the keys JobSet stamps on it; None leaves a key unset."""
     labels = _set(
@@ -86,11 +99,14 @@ def pod_dict(
             JOBSET_NAME_KEY: NAME,
             JOBSET_UID_KEY: jobset_uid,
             REPLICATED_JOB_NAME_KEY: replicated_job,
-            RESTART_ATTEMPT_KEY: "0",
+            RESTART_ATTEMPT_KEY: restart,
+            JOB_INDEX_KEY: "0",
+            COMPLETION_INDEX_KEY: completion_index,
         }
     )
     metadata: dict[str, Any] = {
         "name": name,
+        "uid": uid,
         "namespace": "team-a",
         "labels": labels,
         "annotations": _set({ADMISSION_ANNOTATION: admission}),

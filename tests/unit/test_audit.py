@@ -14,10 +14,13 @@ from hypothesis import strategies as st
 from core.audit import (
     CAUSE_SEPARATOR,
     MAX_CAUSE_CHARS,
+    Execution,
     Finding,
     FindingKind,
+    Observed,
     build_cause,
     decide_annotations,
+    decide_audit,
     decide_findings,
     with_annotations,
 )
@@ -27,7 +30,9 @@ from core.wire import (
     FOREIGN,
     FOREIGN_ANNOTATION,
     FOREIGN_CAUSE_ANNOTATION,
+    HIGHEST_RESTART_ANNOTATION,
     JOBSET_UID_ANNOTATION,
+    LAST_EXECUTION_ANNOTATION,
 )
 from tests.unit.audit_factories import (
     NAME,
@@ -450,3 +455,86 @@ def test_with_annotations_on_a_trainjob_without_annotations() -> None:
     del trainjob["metadata"]["annotations"]
     updated = with_annotations(trainjob, {JOBSET_UID_ANNOTATION: UID})
     assert updated["metadata"]["annotations"] == {JOBSET_UID_ANNOTATION: UID}
+
+
+# --- executions: a repeated or lowered R, and what the audit records ----------------------
+
+
+def observe(
+    trainjob: Mapping[str, Any],
+    jobset: Mapping[str, Any] | None = None,
+    pods: Iterable[Mapping[str, Any]] = (),
+) -> tuple[tuple[Finding, ...], Observed]:
+    return decide_audit(trainjob, jobset, pods=(pod for pod in pods))
+
+
+def recorded(r: int, pod: str = "pod-uid-1", slot: str = "node/0/0") -> str:
+    return Execution(r=r, slot=slot, pod=pod).text()
+
+
+def test_first_execution_seen_is_recorded_with_the_highest_j() -> None:
+    job = trainjob_dict(admission="2", floor="2", jobset_uid=UID)
+    pods = [
+        pod_dict(f"{NAME}-node-0-1-b", admission="2", restart="3", completion_index="1", uid="b"),
+        pod_dict(admission="2", restart="3", uid="a"),
+        pod_dict("old", admission="1", restart="2", phase="Failed", uid="c"),
+    ]
+    findings, observed = observe(job, jobset_dict(restarts=3), pods)
+    assert findings == ()
+    assert observed == Observed(
+        highest_restart=3, execution=Execution(r=5, slot="node/0/0", pod="a")
+    )
+    changes = decide_annotations(job, findings, jobset=jobset_dict(), observed=observed)
+    assert changes == {
+        HIGHEST_RESTART_ANNOTATION: "3",
+        LAST_EXECUTION_ANNOTATION: '{"pod":"a","r":5,"slot":"node/0/0"}',
+    }
+
+
+def test_the_same_execution_again_writes_nothing() -> None:
+    job = trainjob_dict(jobset_uid=UID, highest_restart="0", last_execution=recorded(1))
+    findings, observed = observe(job, jobset_dict(), [pod_dict()])
+    assert findings == ()
+    assert decide_annotations(job, findings, jobset=jobset_dict(), observed=observed) is None
+
+
+def test_a_new_execution_with_the_recorded_r_is_a_finding() -> None:
+    # Held, then opened by hand without a raise: a new pod in the same slot, same A and J.
+    job = trainjob_dict(jobset_uid=UID, last_execution=recorded(1, pod="first"))
+    findings, observed = observe(job, jobset_dict(), [pod_dict(uid="second")])
+    assert [f.kind for f in findings] == [FindingKind.REPEATED_R]
+    assert "began an execution with R = 1" in findings[0].reason
+    assert "pod UID first already had" in findings[0].reason
+    assert observed.execution is None, "the record stays with the first execution"
+    changes = decide_annotations(job, findings, jobset=jobset_dict(), observed=observed)
+    assert changes is not None
+    assert changes[FOREIGN_ANNOTATION] == FOREIGN
+
+
+def test_a_live_pod_below_the_recorded_r_is_a_finding() -> None:
+    job = trainjob_dict(admission="2", floor="2", jobset_uid=UID, last_execution=recorded(5))
+    findings, _ = observe(job, jobset_dict(), [pod_dict(admission="2", restart="0", uid="new")])
+    assert [f.kind for f in findings] == [FindingKind.LOWER_R]
+    assert "R = A + J = 2 + 0 = 2, below the R = 5" in findings[0].reason
+
+
+def test_a_higher_r_is_recorded_and_another_slot_is_not_compared() -> None:
+    job = trainjob_dict(admission="2", floor="2", jobset_uid=UID, last_execution=recorded(1))
+    other_slot = pod_dict(admission="2", completion_index="1", uid="x")
+    findings, observed = observe(job, jobset_dict(), [other_slot])
+    assert findings == ()
+    assert observed.execution == Execution(r=2, slot="node/0/1", pod="x")
+    same_r = trainjob_dict(jobset_uid=UID, last_execution=recorded(1))
+    assert observe(same_r, jobset_dict(), [pod_dict(completion_index="1", uid="x")])[0] == ()
+
+
+@pytest.mark.parametrize("text", ["", "{", "[]", '{"r":"1","slot":"s","pod":"p"}', "null"])
+def test_an_unreadable_record_reads_as_none(text: str) -> None:
+    assert Execution.parse(text) is None
+
+
+def test_highest_j_is_never_lowered() -> None:
+    job = trainjob_dict(jobset_uid=UID, highest_restart="7")
+    findings, observed = observe(job, jobset_dict(restarts=2), [])
+    assert observed.highest_restart == 2
+    assert decide_annotations(job, findings, jobset=jobset_dict(), observed=observed) is None

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -125,15 +127,67 @@ def test_r_at_the_bound_is_refused() -> None:
 
 
 def test_raise_rule_takes_the_larger_of_patch_and_floor() -> None:
-    assert next_admission(in_patch=2, floor=5) == 6
-    assert next_admission(in_patch=5, floor=2) == 6
+    assert next_admission(in_patch=2, floor=5, highest_restart=0, restart=0) == 6
+    assert next_admission(in_patch=5, floor=2, highest_restart=3, restart=3) == 6
     with pytest.raises(IdentityError, match="bound"):
-        next_admission(in_patch=999_999, floor=0)
+        next_admission(in_patch=999_999, floor=0, highest_restart=0, restart=0)
+
+
+def test_raise_after_a_reset_of_j_makes_up_for_the_lost_restarts() -> None:
+    # Issue 14's job: A=2, J=3 (R=5); the JobSet is replaced, J=0: the next R must exceed 5.
+    admission = next_admission(in_patch=2, floor=2, highest_restart=3, restart=0)
+    assert admission + 0 == 6
 
 
 @given(a=st.integers(0, 999_998), floor=st.integers(0, 999_998))
 def test_raise_always_passes_both(a: int, floor: int) -> None:
-    assert next_admission(in_patch=a, floor=floor) > max(a, floor)
+    assert next_admission(in_patch=a, floor=floor, highest_restart=0, restart=0) > max(a, floor)
+
+
+@dataclass
+class Lifecycle:
+    """A job's counters as the cluster holds them, and every execution it has had."""
+
+    admission: int = 0  # A in the patch (= the floor: only raises write A)
+    restart: int = 0  # J of the current JobSet
+    jobset: int = 0  # which JobSet: a reset replaces it
+    highest: int = 0  # the highest J recorded on the TrainJob
+    running: bool = False
+    executions: list[tuple[int, int, int]] = field(default_factory=list)  # (R, J, JobSet)
+
+    def begin(self) -> None:
+        self.executions.append((self.admission + self.restart, self.restart, self.jobset))
+
+
+@given(st.lists(st.sampled_from(["raise", "restart", "reset", "audit"]), max_size=40))
+def test_each_raise_gives_an_r_above_every_r_recorded_before(events: list[str]) -> None:
+    job = Lifecycle()
+    for event in ["raise", *events]:
+        if event == "raise":  # a hold and a release, or a Kueue re-admission
+            before = list(job.executions)
+            recorded = job.highest
+            job.admission = next_admission(
+                in_patch=job.admission,
+                floor=job.admission,
+                highest_restart=job.highest,
+                restart=job.restart,
+            )
+            job.highest = max(job.highest, job.restart)
+            job.running = True
+            job.begin()
+            r = job.admission + job.restart
+            for earlier, j, jobset in before:
+                if jobset == job.jobset or j <= recorded:
+                    assert earlier < r, f"R={r} after {events}: not above R={earlier}"
+        elif event == "restart" and job.running:  # JobSet restarts: J + 1, same A
+            job.restart += 1
+            job.begin()
+        elif event == "reset":  # the JobSet is replaced: J starts again at 0 (flagged)
+            job.jobset, job.restart = job.jobset + 1, 0
+            if job.running:
+                job.begin()
+        elif event == "audit":
+            job.highest = max(job.highest, job.restart)
 
 
 @given(

@@ -10,12 +10,14 @@ from hypothesis import strategies as st
 
 from core import wire
 from core.trainjob import (
+    ForeignFlag,
     Raise,
     Refusal,
     ResourceVersion,
     admission_in_patch,
     decide_raise,
     is_kueue_managed,
+    refusal_error,
     with_admission,
 )
 from tests.unit.audit_factories import UID, jobset_dict, trainjob_dict
@@ -27,9 +29,49 @@ def suspended(**overrides: Any) -> dict[str, Any]:
     return job
 
 
+def raised(admission: int, **fields: Any) -> Raise:
+    defaults: dict[str, Any] = {
+        "resource_version": ResourceVersion("4711"),
+        "jobset_uid": None,
+        "restart": 0,
+        "highest_restart": 0,
+        "generation": 4,
+    }
+    return Raise(admission=admission, **{**defaults, **fields})
+
+
 def test_raise_takes_the_larger_of_patch_and_floor_plus_one() -> None:
     decision = decide_raise(suspended(admission="2", floor="5"), None)
-    assert decision == Raise(admission=6, resource_version=ResourceVersion("4711"), jobset_uid=None)
+    assert decision == raised(6)
+
+
+def test_raise_after_a_reset_of_j_keeps_r_above_the_highest_r() -> None:
+    # A=2 ran with J up to 3 (R=5); the JobSet was replaced: J=0. The next R must be above 5.
+    job = suspended(admission="2", floor="2", highest_restart="3", jobset_uid="old")
+    decision = decide_raise(job, jobset_dict(restarts=0))
+    assert decision == raised(6, highest_restart=3)
+
+
+def test_raise_records_the_highest_j_and_the_generation_it_writes() -> None:
+    decision = decide_raise(suspended(highest_restart="1", jobset_uid=UID), jobset_dict(restarts=4))
+    assert decision == raised(2, restart=4, highest_restart=4)
+    assert isinstance(decision, Raise)
+    annotations = with_admission(suspended(), decision)["metadata"]["annotations"]
+    assert annotations[wire.HIGHEST_RESTART_ANNOTATION] == "4"
+    # Read at generation 3, written at 4; Kueue may write once more (5) before it opens.
+    assert annotations[wire.OPEN_UNTIL_GENERATION_ANNOTATION] == "5"
+    opened = with_admission(suspended(), decision, suspend=False)["metadata"]["annotations"]
+    assert opened[wire.OPEN_UNTIL_GENERATION_ANNOTATION] == "4", "spent by its own opening"
+
+
+def test_foreign_job_is_refused_with_its_cause_and_how_to_clear_it() -> None:
+    decision = decide_raise(suspended(foreign="true", cause="JobSet UID x is not y"), None)
+    assert isinstance(decision, ForeignFlag)
+    assert "flagged foreign" in decision.reason
+    assert "JobSet UID x is not y" in decision.reason
+    assert wire.FOREIGN_CAUSE_ANNOTATION in decision.reason
+    assert refusal_error(decision).exit_code == 7
+    assert refusal_error(Refusal("any rule")).exit_code == 6
 
 
 def test_running_trainjob_is_refused() -> None:
@@ -56,8 +98,19 @@ def test_active_jobset_is_refused_with_what_to_wait_for() -> None:
         ({"floor": None}, "admission-floor is missing"),
         ({"floor": "x"}, "not a canonical decimal"),
         ({"admission": "999999"}, "bound is reached"),
+        ({"highest_restart": "x"}, "highest-restart 'x' is not a canonical decimal"),
+        ({"generation": None}, "metadata.generation None is not a number"),
     ],
-    ids=["no-patch", "no-a", "garbage-a", "no-floor", "garbage-floor", "bound"],
+    ids=[
+        "no-patch",
+        "no-a",
+        "garbage-a",
+        "no-floor",
+        "garbage-floor",
+        "bound",
+        "garbage-j",
+        "no-gen",
+    ],
 )
 def test_garbage_is_refused_not_guessed(overrides: dict[str, Any], says: str) -> None:
     decision = decide_raise(suspended(**overrides), None)
@@ -76,7 +129,7 @@ def test_first_sight_of_the_jobset_records_its_uid() -> None:
 
 def test_with_admission_writes_patch_and_floor_and_nothing_else() -> None:
     job = suspended(admission="2", floor="2")
-    decision = Raise(admission=3, resource_version=ResourceVersion("4711"), jobset_uid=UID)
+    decision = raised(3, jobset_uid=UID)
     written = with_admission(job, decision, suspend=False)
     assert admission_in_patch(written) == 3
     annotations = written["metadata"]["annotations"]

@@ -112,6 +112,33 @@ class _Check:
                 self.refuse(item_path, f"must be a mapping, not {_shape(item)}")
 
 
+# A quantity of nothing: "0", "0.0", "0m", "0Gi"... (Kubernetes resource.Quantity forms).
+_ZERO_QUANTITY: Final = re.compile(r"[+]?0*(\.0*)?([a-zA-Z]{1,2})?")
+
+
+def requested_resources(
+    runtime: Mapping[str, Any], resources_per_node: Mapping[Any, Mapping[str, Any]] | None
+) -> set[str]:
+    """The resources the TrainJob's pods would request: Kueue assigns flavors for these.
+
+    Requests and limits both count (a limit alone is the request); so do init containers and
+    every replicated job, since Kueue admits the pod sets of all of them together.
+    """
+    specs: list[Mapping[str, Any] | None] = [resources_per_node]
+    jobs = _entries(_at(runtime, "spec", "template", "spec", "replicatedJobs"))
+    for job in jobs:
+        pod = _at(job, "template", "spec", "template", "spec")
+        for field in ("containers", "initContainers"):
+            specs += [_at(c, "resources") for c in _entries(_at(pod, field))]
+    return {
+        name
+        for spec in specs
+        for kind in ("requests", "limits")
+        for name, quantity in (_at(spec, kind) or {}).items()
+        if not _ZERO_QUANTITY.fullmatch(str(quantity))
+    }
+
+
 def _allows_rank_restart(runtime: Mapping[str, Any], check: _Check) -> bool:
     metadata = check.mapping(runtime.get("metadata"), "metadata")
     annotations = check.mapping(metadata.get("annotations"), "metadata.annotations")

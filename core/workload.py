@@ -68,6 +68,41 @@ def owner_trainjob(workload: Mapping[str, Any]) -> str | None:
     return None
 
 
+def assigned_flavors(workload: Mapping[str, Any]) -> list[str]:
+    """The flavors Kueue assigned to the Workload's pod sets, sorted, each once."""
+    assignments = workload.get("status", {}).get("admission", {}).get("podSetAssignments") or []
+    return sorted(
+        {
+            str(flavor)
+            for pod_set in assignments
+            for flavor in (pod_set.get("flavors") or {}).values()
+        }
+    )
+
+
+def _admitted_without(workload: Mapping[str, Any], check: str) -> str:
+    """Why Kueue admitted a Workload without our check, and what to change.
+
+    Kueue v0.19 applies to an admission the checks whose flavors meet the flavors assigned.
+    """
+    name = workload["metadata"]["name"]
+    queue = workload.get("status", {}).get("admission", {}).get("clusterQueue") or "its queue"
+    flavors = assigned_flavors(workload)
+    if not flavors:
+        return (
+            f"Workload {name} was admitted by ClusterQueue {queue} without admission check "
+            f"{check} because its pods request no resource: Kueue assigned it no flavor, and no "
+            "check applies to no flavor. Give the job resource requests (resources_per_node, "
+            "or requests in the runtime's trainer container) and start it again"
+        )
+    listed = ", ".join(flavors)
+    return (
+        f"Workload {name} was admitted by ClusterQueue {queue} without admission check {check} "
+        f"for the flavors it was assigned ({listed}): list {check} in the ClusterQueue's "
+        f"admissionChecksStrategy, and where that entry has onFlavors, include {listed}"
+    )
+
+
 def decide_reservation(
     workload: Mapping[str, Any], *, trainjob: str, check: str
 ) -> Reservation | Skip | Refusal:
@@ -89,10 +124,7 @@ def decide_reservation(
         return Skip(f"Workload {name} has no quota reserved yet")
     state = check_state(workload, check)
     if state is None and _is_true(workload, "Admitted"):
-        return Refusal(
-            f"Workload {name} was admitted without admission check {check}: "
-            "add the check to the ClusterQueue's admissionChecksStrategy"
-        )
+        return Refusal(_admitted_without(workload, check))
     if state is None:
         # A Workload Kueue has only just written may not list its ClusterQueue's checks yet.
         return Skip(f"Workload {name} does not list admission check {check} yet")

@@ -40,6 +40,20 @@ def _trainer_job(runtime_object: Mapping[str, Any]) -> str:
     return name
 
 
+def _check_queued(request: StartRequest, runtime_object: Mapping[str, Any]) -> None:
+    """Kueue mode: the pods must request a resource, or no admission check ever applies."""
+    if request.queue is None:
+        return
+    if runtime.requested_resources(runtime_object, request.resources_per_node):
+        return
+    raise Refused(
+        f"queue {request.queue}: the TrainJob's pods would request no resource, so Kueue would "
+        "assign them no flavor and admit them without any admission check, and A would never "
+        "be raised: give resources_per_node requests (--resources-per-node "
+        '\'{"requests":{"cpu":"1"}}\') or requests in the runtime\'s trainer container'
+    )
+
+
 def _same_request(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     return trainjob.recorded_identity(existing) == trainjob.recorded_identity(wanted)
 
@@ -48,12 +62,14 @@ def run(settings: StartSettings) -> output.Result:
     """Read the runtime, decide, create the TrainJob once, report."""
     if settings.dry_run:
         request, runtime_object = _runtime_from_file(settings)
+        _check_queued(request, runtime_object)
         return trainjob.build_trainjob(request, trainer_job=_trainer_job(runtime_object))
     request = settings.start_request()
     gateway = Gateway.connect(kubeconfig=settings.kubeconfig, context=settings.context)
     runtime_object = gateway.read_runtime(
         request.runtime_kind, request.runtime_name, request.namespace
     )
+    _check_queued(request, runtime_object)
     wanted = trainjob.build_trainjob(request, trainer_job=_trainer_job(runtime_object))
     log = logger.bind(namespace=request.namespace, trainjob=request.trainjob_name)
     created = gateway.create_trainjob(wanted)

@@ -58,9 +58,21 @@ class KueueSetup:
         self.custom.create_cluster_custom_object(*KUEUE, plural, body)
         self.created.append((plural, name))
 
-    def install(self, *, cpu: str, priorities: dict[str, int] | None = None) -> None:
-        """A ClusterQueue of `cpu` nominal quota gated by this project's AdmissionCheck."""
-        flavor, cluster_queue = f"{self.namespace}-flavor", f"{self.namespace}-cq"
+    def flavor(self, name: str = "flavor") -> str:
+        """The cluster-wide name of one of this setup's ResourceFlavors."""
+        return f"{self.namespace}-{name}"
+
+    def install(
+        self,
+        *,
+        cpu: str,
+        priorities: dict[str, int] | None = None,
+        flavors: tuple[str, ...] = ("flavor",),
+        check_on_flavors: tuple[str, ...] | None = None,
+    ) -> None:
+        """A ClusterQueue gated by this project's AdmissionCheck: `cpu` nominal quota in each
+        of `flavors` (tried in order), the check on all of them or on `check_on_flavors`."""
+        cluster_queue = f"{self.namespace}-cq"
         self._create(
             "admissionchecks",
             "AdmissionCheck",
@@ -87,7 +99,8 @@ class KueueSetup:
                 }
             },
         )
-        self._create("resourceflavors", "ResourceFlavor", flavor, None)
+        for flavor in flavors:
+            self._create("resourceflavors", "ResourceFlavor", self.flavor(flavor), None)
         for name, value in (priorities or {}).items():
             body = {
                 "apiVersion": API_VERSION,
@@ -97,6 +110,9 @@ class KueueSetup:
             }
             self.custom.create_cluster_custom_object(*KUEUE, "workloadpriorityclasses", body)
             self.created.append(("workloadpriorityclasses", name))
+        check: dict[str, Any] = {"name": self.check}
+        if check_on_flavors is not None:
+            check["onFlavors"] = [self.flavor(flavor) for flavor in check_on_flavors]
         self._create(
             "clusterqueues",
             "ClusterQueue",
@@ -109,12 +125,16 @@ class KueueSetup:
                     {
                         "coveredResources": ["cpu"],
                         "flavors": [
-                            {"name": flavor, "resources": [{"name": "cpu", "nominalQuota": cpu}]}
+                            {
+                                "name": self.flavor(flavor),
+                                "resources": [{"name": "cpu", "nominalQuota": cpu}],
+                            }
+                            for flavor in flavors
                         ],
                     }
                 ],
                 "preemption": {"withinClusterQueue": "LowerPriority"},
-                "admissionChecksStrategy": {"admissionChecks": [{"name": self.check}]},
+                "admissionChecksStrategy": {"admissionChecks": [check]},
             },
         )
         self.custom.create_namespaced_custom_object(

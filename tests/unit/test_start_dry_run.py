@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from core import wire
 from core.identity import Counts, Identity, attempt_token, epoch
@@ -69,12 +70,43 @@ def test_torch_dry_run_matches_golden() -> None:
 
 
 def test_mpi_dry_run_annotates_the_launcher_not_the_workers() -> None:
-    trainjob = dry_run("--queue", "team-a-queue", runtime=MPI_RUNTIME)
+    trainjob = dry_run("--queue", "team-a-queue", *ONE_CPU, runtime=MPI_RUNTIME)
     check_golden("start-mpi-kueue.json", trainjob)
     patch = trainjob["spec"]["runtimePatches"][0]
     jobs = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
     assert [job["name"] for job in jobs] == ["launcher"]
     assert trainjob["metadata"]["labels"][wire.QUEUE_LABEL] == "team-a-queue"
+
+
+ONE_CPU = ("--resources-per-node", '{"requests":{"cpu":"1"}}')
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [None, '{"requests":{"cpu":"0"}}', '{"limits":{"memory":"0Gi"}}'],
+    ids=["none", "zero-cpu", "zero-memory-limit"],
+)
+def test_queued_job_that_requests_nothing_is_refused(resources: str | None) -> None:
+    extra = ("--resources-per-node", resources) if resources else ()
+    done = start(
+        "--dry-run", "--runtime-file", str(TORCH_RUNTIME), *REQUEST, "--queue", "q", *extra
+    )
+    assert done.returncode == 6
+    message = error_line(done)["message"]
+    assert "would request no resource" in message
+    assert "without any admission check" in message
+    assert "--resources-per-node" in message
+
+
+def test_queued_job_may_request_through_limits_or_the_runtime(tmp_path: Path) -> None:
+    dry_run("--queue", "q", "--resources-per-node", '{"limits":{"nvidia.com/gpu":"1"}}')
+    runtime = tmp_path / "with-requests.yaml"
+    document = yaml.safe_load(TORCH_RUNTIME.read_text())
+    trainer = document["spec"]["template"]["spec"]["replicatedJobs"][0]
+    container = trainer["template"]["spec"]["template"]["spec"]["containers"][0]
+    container["resources"] = {"requests": {"cpu": "500m"}}
+    runtime.write_text(yaml.safe_dump(document))
+    assert dry_run("--queue", "q", runtime=runtime)["metadata"]["labels"][wire.QUEUE_LABEL] == "q"
 
 
 def test_trainjob_is_suspended_with_env_in_design_order() -> None:

@@ -96,7 +96,7 @@ def test_workloads_not_to_act_on_are_skipped(overrides: dict[str, Any], says: st
     [
         ({"owner": "someone-else"}, "controlled by someone-else"),
         ({"owner_kind": "Job"}, "controlled by no TrainJob"),
-        ({"checks": False, "admitted": "True"}, "admitted without admission check"),
+        ({"checks": False, "admitted": "True"}, "without admission check"),
     ],
     ids=["other-trainjob", "other-controller", "admitted-without-our-check"],
 )
@@ -104,6 +104,31 @@ def test_foreign_workloads_are_refused(overrides: dict[str, Any], says: str) -> 
     decision = decide_reservation(workload_dict(**overrides), trainjob="train-1", check=CHECK)
     assert isinstance(decision, Refusal)
     assert says in decision.reason
+
+
+def admitted_without_our_check(*flavors: str) -> dict[str, Any]:
+    workload = workload_dict(checks=False, admitted="True")
+    pod_set: dict[str, Any] = {"name": "node", "count": 1}
+    if flavors:
+        pod_set["flavors"] = {f"r{i}": flavor for i, flavor in enumerate(flavors)}
+    workload["status"]["admission"] = {"clusterQueue": "cq", "podSetAssignments": [pod_set]}
+    return workload
+
+
+def test_admitted_with_no_flavor_says_the_job_requests_nothing() -> None:
+    decision = decide_reservation(admitted_without_our_check(), trainjob="train-1", check=CHECK)
+    assert isinstance(decision, Refusal)
+    assert "by ClusterQueue cq without admission check" in decision.reason
+    assert "its pods request no resource: Kueue assigned it no flavor" in decision.reason
+    assert "Give the job resource requests" in decision.reason
+
+
+def test_admitted_on_flavors_the_check_skips_names_them() -> None:
+    workload = admitted_without_our_check("spot", "on-demand", "spot")
+    decision = decide_reservation(workload, trainjob="train-1", check=CHECK)
+    assert isinstance(decision, Refusal)
+    assert "for the flavors it was assigned (on-demand, spot)" in decision.reason
+    assert "where that entry has onFlavors, include on-demand, spot" in decision.reason
 
 
 def test_approval_sets_only_our_check_and_carries_the_precondition() -> None:

@@ -38,6 +38,7 @@ T = TypeVar("T")
 ATTEMPTS: Final = 4
 FIRST_BACKOFF: Final = 0.5  # seconds; doubled after each failed attempt
 REQUEST_TIMEOUT: Final = 30  # seconds per request
+WATCH_GRACE: Final = 15  # seconds past a watch's own timeout before its connection is given up
 EVENT_TIMEOUT: Final = 5  # seconds: an Event is best effort and must not hold a step up
 PAGE_SIZE: Final = 200
 TRAINJOBS: Final = "trainjobs"
@@ -305,7 +306,11 @@ class Gateway:
                 resource_version=version,
                 timeout_seconds=max(1, int(left)),
                 allow_watch_bookmarks=True,
+                # The server ends the watch at timeout_seconds; a connection that stops
+                # answering without closing (no FIN) must end too, not hang the step.
+                _request_timeout=(REQUEST_TIMEOUT, left + WATCH_GRACE),
             )
+            what = f"watch Workloads {namespace}"
             try:
                 for event in stream:
                     obj = as_object(event["object"])
@@ -318,7 +323,9 @@ class Gateway:
                         namespace, label_selector, timeout=deadline - time.monotonic()
                     )
                     return
-                raise error_for(e, f"watch Workloads {namespace}") from e
+                raise error_for(e, what) from e
+            except urllib3.exceptions.HTTPError as e:  # cut, reset or stalled: run it again
+                raise Transient(f"{what}: connection lost: {type(e).__name__}") from e
 
     def apply_workload_status(self, workload: Mapping[str, Any], *, manager: str) -> dict[str, Any]:
         """Server-side apply to workloads/status; the body's resourceVersion is the precondition."""

@@ -304,7 +304,11 @@ def jobset_uid_to_record(
 
 
 def with_admission(
-    trainjob: Mapping[str, Any], decision: Raise, *, suspend: bool | None = None
+    trainjob: Mapping[str, Any],
+    decision: Raise,
+    *,
+    suspend: bool | None = None,
+    raised_for: str | None = None,
 ) -> dict[str, Any]:
     """The TrainJob with A raised in the patch and the floor, all in one object to PUT.
 
@@ -328,11 +332,25 @@ def with_admission(
     open_until = decision.generation if opens else decision.generation + 1
     annotations[wire.OPEN_UNTIL_GENERATION_ANNOTATION] = str(open_until)
     annotations[wire.HIGHEST_RESTART_ANNOTATION] = str(decision.highest_restart)
+    if raised_for is not None:  # the Kueue reservation this raise is for; approve checks it
+        annotations[wire.RAISED_FOR_ANNOTATION] = raised_for
     if decision.jobset_uid is not None:
         annotations[wire.JOBSET_UID_ANNOTATION] = decision.jobset_uid
     if suspend is not None:
         raised["spec"]["suspend"] = suspend
     return raised
+
+
+def multikueue_refusal(trainjob: Mapping[str, Any]) -> Refusal | None:
+    """MultiKueue runs the job on a worker cluster, where A and J cannot be kept."""
+    if trainjob.get("spec", {}).get("managedBy") != wire.MULTIKUEUE_MANAGER:
+        return None
+    return Refusal(
+        f"TrainJob {trainjob['metadata']['name']} is managed by MultiKueue "
+        f"(spec.managedBy: {wire.MULTIKUEUE_MANAGER}), which is not supported yet: each dispatch "
+        "creates the job afresh on a worker cluster, whose JobSet starts J at 0 again, so R "
+        "could repeat. Queue it on a ClusterQueue without a MultiKueue check"
+    )
 
 
 def is_kueue_managed(trainjob: Mapping[str, Any]) -> bool:

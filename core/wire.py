@@ -15,6 +15,9 @@ JOBSET_UID_ANNOTATION: Final = f"{DOMAIN}/jobset-uid"
 # On the TrainJob: the last metadata.generation at which the job may be opened without a
 # raise in the same request, written by every raise (pipelines/policies/ read it).
 OPEN_UNTIL_GENERATION_ANNOTATION: Final = f"{DOMAIN}/open-until-generation"
+# On the TrainJob: the Kueue reservation the last raise was made for ("<Workload UID>
+# <QuotaReserved time>"), so an approval can be tied to a raise made for it.
+RAISED_FOR_ANNOTATION: Final = f"{DOMAIN}/raised-for"
 # On the TrainJob: the highest J seen on any of its JobSets, so a raise after a reset of J
 # still gives an R above every R the job has had.
 HIGHEST_RESTART_ANNOTATION: Final = f"{DOMAIN}/highest-restart"
@@ -79,3 +82,4 @@ QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL: Final = "kueue.x-k8s.io/priority-class"
 KUEUE_JOB_UID_LABEL: Final = "kueue.x-k8s.io/job-uid"
 ADMISSION_CHECK_CONTROLLER: Final = f"{DOMAIN}/admission"
+MULTIKUEUE_MANAGER: Final = "kueue.x-k8s.io/multikueue"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from core import wire
-from core.trainjob import Refusal, ResourceVersion
+from core.trainjob import Refusal, ResourceVersion, foreign_flag
 
 TRAINJOB_KIND: Final = "TrainJob"
 READY: Final = "Ready"
@@ -25,8 +25,14 @@ class Reservation:
     """One quota reservation of a Workload, as read before A is raised for it."""
 
     workload: str
+    uid: str  # a Workload Kueue replaces is another reservation, whatever its times
     resource_version: ResourceVersion  # the approval is preconditioned on it
     reserved_at: str  # lastTransitionTime of QuotaReserved: tells reservations apart
+
+    @property
+    def record(self) -> str:
+        """What the raise for this reservation records in the TrainJob, for approve."""
+        return f"{self.uid} {self.reserved_at}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +119,8 @@ def decide_reservation(
         return Refusal(
             f"Workload {name} is controlled by {owner or 'no TrainJob'}, not TrainJob {trainjob}"
         )
+    if workload["metadata"].get("deletionTimestamp"):
+        return Skip(f"Workload {name} is being deleted: wait for the one Kueue makes next")
     reserved = _condition(workload, "QuotaReserved")
     for kind, reason in (
         ("Finished", "is finished"),
@@ -130,11 +138,76 @@ def decide_reservation(
         return Skip(f"Workload {name} does not list admission check {check} yet")
     if state != PENDING:
         return Skip(f"Workload {name}: admission check {check} is {state}, not {PENDING}")
+    if _is_true(workload, "Admitted"):
+        # The check was added to the ClusterQueue after this admission: the execution runs
+        # already, and Kueue gates the job's next admission with the check.
+        return Skip(
+            f"Workload {name} was admitted before admission check {check} applied to it: "
+            "nothing to gate until its next admission"
+        )
+    overriding = _checks_setting_admission(workload, check)
+    if overriding:
+        return Refusal(
+            f"Workload {name}: admission check(s) {', '.join(overriding)} set "
+            f"{wire.ADMISSION_ANNOTATION} through podSetUpdates, which Kueue applies after this "
+            "project's patch and so would override A: remove it from their podSetUpdates"
+        )
     return Reservation(
         workload=name,
+        uid=str(workload["metadata"].get("uid")),
         resource_version=ResourceVersion(workload["metadata"]["resourceVersion"]),
         reserved_at=str(reserved.get("lastTransitionTime")),
     )
+
+
+def reservation_record(workload: Mapping[str, Any]) -> str:
+    """The record a raise for this Workload's current reservation leaves, as approve sees it."""
+    reserved = _condition(workload, "QuotaReserved") or {}
+    return f"{workload['metadata'].get('uid')} {reserved.get('lastTransitionTime')}"
+
+
+def _checks_setting_admission(workload: Mapping[str, Any], check: str) -> list[str]:
+    """Other admission checks whose podSetUpdates would set A on the pods."""
+    found = []
+    for state in workload.get("status", {}).get("admissionChecks") or []:
+        if state.get("name") == check:
+            continue
+        for update in state.get("podSetUpdates") or []:
+            if wire.ADMISSION_ANNOTATION in (update.get("annotations") or {}):
+                found.append(str(state.get("name")))
+                break
+    return found
+
+
+def decide_approval(
+    workload: Mapping[str, Any], trainjob: Mapping[str, Any], *, check: str, admission: int
+) -> Refusal | None:
+    """Whether this reservation may be approved: only if A was raised for it, to `admission`."""
+    name = workload["metadata"]["name"]
+    state = check_state(workload, check)
+    if state != PENDING:
+        return Refusal(f"Workload {name}: check {check} is {state}, not {PENDING}")
+    job = trainjob["metadata"]["name"]
+    flag = foreign_flag(trainjob)
+    if flag is not None:
+        return flag
+    annotations = trainjob["metadata"].get("annotations") or {}
+    recorded = annotations.get(wire.RAISED_FOR_ANNOTATION)
+    wanted = reservation_record(workload)
+    if recorded != wanted:
+        return Refusal(
+            f"Workload {name}: A was not raised for this reservation ({wanted}); TrainJob {job} "
+            f"records a raise for {recorded or 'none'}: run dispatch-admit for it, then approve "
+            "with its outputs"
+        )
+    floor = annotations.get(wire.ADMISSION_FLOOR_ANNOTATION)
+    if floor != str(admission):
+        return Refusal(
+            f"Workload {name}: --admission {admission} is not the A raised for it "
+            f"(TrainJob {job} has {wire.ADMISSION_FLOOR_ANNOTATION} {floor}): approve with the "
+            "admission that admit printed"
+        )
+    return None
 
 
 def build_approval(

@@ -34,9 +34,9 @@ def run(settings: AdmitSettings) -> output.Result:
     """Find the reservation, read the TrainJob and JobSet, raise A once, report."""
     gateway = Gateway.connect(kubeconfig=settings.kubeconfig, context=settings.context)
     job = gateway.read_trainjob(settings.namespace, settings.name)
-    flag = trainjob.foreign_flag(job)
-    if flag is not None:  # before any wait: no reservation of a flagged job is acted on
-        raise trainjob.refusal_error(flag)
+    for refusal in (trainjob.foreign_flag(job), trainjob.multikueue_refusal(job)):
+        if refusal is not None:  # before any wait: no reservation of it is acted on
+            raise trainjob.refusal_error(refusal)
     selector = f"{wire.KUEUE_JOB_UID_LABEL}={job['metadata']['uid']}"
     if settings.wait:
         watched = gateway.watch_workloads(settings.namespace, selector, timeout=settings.timeout)
@@ -57,7 +57,7 @@ def run(settings: AdmitSettings) -> output.Result:
     if isinstance(decision, trainjob.Refusal):
         raise trainjob.refusal_error(decision)
     written = gateway.update_trainjob(
-        trainjob.with_admission(job, decision), decision.resource_version
+        trainjob.with_admission(job, decision, raised_for=found.record), decision.resource_version
     )
     logger.bind(admission=decision.admission, workload=found.workload).info("raised admission")
     message = events.raise_message(

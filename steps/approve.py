@@ -13,7 +13,7 @@ from core.settings import ApproveSettings
 
 
 def run(settings: ApproveSettings) -> output.Result:
-    """Read the Workload, check it is the reservation admit saw, approve once, report."""
+    """Read the Workload and its TrainJob, check A was raised for it, approve once, report."""
     gateway = Gateway.connect(kubeconfig=settings.kubeconfig, context=settings.context)
     current = gateway.read_workload(settings.namespace, settings.workload)
     version = current["metadata"]["resourceVersion"]
@@ -22,11 +22,15 @@ def run(settings: ApproveSettings) -> output.Result:
             f"Workload {settings.workload} changed since admit read it (resourceVersion "
             f"{settings.workload_resource_version} -> {version}): run admit again"
         )
-    state = workload.check_state(current, settings.check)
-    if state != workload.PENDING:
-        raise Refused(
-            f"Workload {settings.workload}: check {settings.check} is {state}, not Pending"
-        )
+    owner = workload.owner_trainjob(current)
+    if owner is None:
+        raise Refused(f"Workload {settings.workload} is controlled by no TrainJob")
+    job = gateway.read_trainjob(settings.namespace, owner)
+    refusal = workload.decide_approval(
+        current, job, check=settings.check, admission=settings.admission
+    )
+    if refusal is not None:
+        raise trainjob.refusal_error(refusal)
     body = workload.build_approval(
         current,
         check=settings.check,

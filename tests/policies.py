@@ -89,11 +89,21 @@ def _probe_trainjob(api: client.ApiClient, namespace: str, runtime: str) -> dict
         }
     )
     body = trainjob.build_trainjob(request, trainer_job="node")  # the torch runtime's
-    created = client.CustomObjectsApi(api).create_namespaced_custom_object(
-        *TRAINER, namespace, "trainjobs", body
-    )
-    assert isinstance(created, dict)
-    return created
+
+    def created() -> dict[str, Any] | None:
+        try:
+            answer = client.CustomObjectsApi(api).create_namespaced_custom_object(
+                *TRAINER, namespace, "trainjobs", body
+            )
+        except ApiException as e:
+            # Right after start-up the API server may not serve a new CRD's kind for a moment.
+            if e.status == 503:
+                return None
+            raise
+        assert isinstance(answer, dict)
+        return answer
+
+    return wait_until(created, what="the probe TrainJob to be created", timeout=ACTING_TIMEOUT)
 
 
 def _refusal(attempt: Callable[[], object], rule: str) -> bool | None:
@@ -132,6 +142,8 @@ def _wait_acting(api: client.ApiClient, namespace: str, runtime: str) -> None:
         except ApiException as e:
             if e.status == 409 or "dispatch-k8s guard open-after-raise" in str(e.body):
                 return None  # the guard acts before the raise does: wait for both
+            if e.status == 503:  # the raise needs the CRD's published schema, which lags
+                return None
             raise
         assert isinstance(answer, dict)
         return answer["metadata"]["annotations"][wire.ADMISSION_FLOOR_ANNOTATION] == "1" or None

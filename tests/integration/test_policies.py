@@ -267,6 +267,7 @@ EDITS: Final[dict[str, tuple[str, Callable[[dict[str, Any]], None]]]] = {
         _annotation(wire.OPEN_UNTIL_GENERATION_ANNOTATION, "999"),
     ),
     "raise-floor-alone": ("whole-raise", _floor("7")),
+    "forge-raised-for": ("raised-for", _annotation(wire.RAISED_FOR_ANNOTATION, "uid 2026")),
     "unmanage": ("keep-managed-label", _unmanage),
 }
 

@@ -169,7 +169,8 @@ def test_bad_flags_are_exit_2(step: Step) -> None:
 def test_plain_steps_refuse_a_kueue_managed_trainjob(
     step: Step, namespace: str, torch_runtime: str, custom: client.CustomObjectsApi
 ) -> None:
-    started = step("start", *start_args(namespace, torch_runtime, "queued", queue="some-queue"))
+    queued = {"queue": "some-queue", "resources_per_node": '{"requests":{"cpu":"1"}}'}
+    started = step("start", *start_args(namespace, torch_runtime, "queued", **queued))
     assert started.code == 0, started.error
     name = started.result["name"]
     for plain_step, says in (("unsuspend", "Kueue owns its suspension"), ("hold", "Workload")):

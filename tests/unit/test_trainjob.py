@@ -17,6 +17,7 @@ from core.trainjob import (
     admission_in_patch,
     decide_raise,
     is_kueue_managed,
+    multikueue_refusal,
     refusal_error,
     with_admission,
 )
@@ -146,6 +147,16 @@ def test_raise_always_passes_both(a: int, floor: int) -> None:
     decision = decide_raise(suspended(admission=str(a), floor=str(floor)), None)
     assert isinstance(decision, Raise)
     assert decision.admission > max(a, floor)
+
+
+def test_multikueue_is_refused_with_why() -> None:
+    job = trainjob_dict()
+    assert multikueue_refusal(job) is None
+    job["spec"]["managedBy"] = wire.MULTIKUEUE_MANAGER
+    refusal = multikueue_refusal(job)
+    assert refusal is not None
+    assert "not supported yet" in refusal.reason
+    assert "starts J at 0 again" in refusal.reason
 
 
 def test_queue_label_marks_kueue_management() -> None:

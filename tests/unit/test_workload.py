@@ -7,8 +7,15 @@ from typing import Any
 import pytest
 
 from core import wire
-from core.trainjob import Refusal, ResourceVersion
-from core.workload import Reservation, Skip, build_approval, decide_reservation
+from core.trainjob import ForeignFlag, Refusal, ResourceVersion
+from core.workload import (
+    Reservation,
+    Skip,
+    build_approval,
+    decide_approval,
+    decide_reservation,
+    reservation_record,
+)
 
 CHECK = "dispatch-admission"
 
@@ -59,9 +66,62 @@ def test_pending_check_on_a_reservation_is_acted_on() -> None:
     decision = decide_reservation(workload_dict(), trainjob="train-1", check=CHECK)
     assert decision == Reservation(
         workload="trainjob-train-1-1a2b3",
+        uid="wl-uid",
         resource_version=ResourceVersion("900"),
         reserved_at="2026-11-30T10:00:00Z",
     )
+    assert decision.record == "wl-uid 2026-11-30T10:00:00Z" == reservation_record(workload_dict())
+
+
+def test_workload_being_deleted_is_skipped() -> None:
+    workload = workload_dict()
+    workload["metadata"]["deletionTimestamp"] = "2026-11-30T10:01:00Z"
+    decision = decide_reservation(workload, trainjob="train-1", check=CHECK)
+    assert isinstance(decision, Skip)
+    assert "being deleted" in decision.reason
+
+
+def test_workload_admitted_before_the_check_applied_is_skipped_not_refused() -> None:
+    decision = decide_reservation(workload_dict(admitted="True"), trainjob="train-1", check=CHECK)
+    assert isinstance(decision, Skip)
+    assert "admitted before admission check" in decision.reason
+
+
+def test_another_check_that_would_set_a_is_refused() -> None:
+    workload = workload_dict()
+    workload["status"]["admissionChecks"][0]["podSetUpdates"] = [
+        {"name": "node", "annotations": {wire.ADMISSION_ANNOTATION: "9"}}
+    ]
+    decision = decide_reservation(workload, trainjob="train-1", check=CHECK)
+    assert isinstance(decision, Refusal)
+    assert "other-check" in decision.reason
+    assert "would override A" in decision.reason
+
+
+def raised_trainjob(record: str | None, floor: str = "2", **extra: str) -> dict[str, Any]:
+    annotations = {wire.ADMISSION_FLOOR_ANNOTATION: floor, **extra}
+    if record is not None:
+        annotations[wire.RAISED_FOR_ANNOTATION] = record
+    return {"metadata": {"name": "train-1", "annotations": annotations}}
+
+
+def test_approval_needs_the_raise_for_this_very_reservation() -> None:
+    workload = workload_dict()
+    record = reservation_record(workload)
+    assert decide_approval(workload, raised_trainjob(record), check=CHECK, admission=2) is None
+    for stale in (None, "wl-uid 2026-11-30T09:00:00Z", "other-uid 2026-11-30T10:00:00Z"):
+        refusal = decide_approval(workload, raised_trainjob(stale), check=CHECK, admission=2)
+        assert isinstance(refusal, Refusal)
+        assert "A was not raised for this reservation" in refusal.reason
+    refusal = decide_approval(workload, raised_trainjob(record), check=CHECK, admission=1)
+    assert isinstance(refusal, Refusal)
+    assert "--admission 1 is not the A raised for it" in refusal.reason
+    foreign = raised_trainjob(record, **{wire.FOREIGN_ANNOTATION: "true"})
+    assert isinstance(decide_approval(workload, foreign, check=CHECK, admission=2), ForeignFlag)
+    ready = workload_dict(state="Ready")
+    refusal = decide_approval(ready, raised_trainjob(record), check=CHECK, admission=2)
+    assert isinstance(refusal, Refusal)
+    assert "is Ready, not Pending" in refusal.reason
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,135 @@
+"""Kueue mode over a job's lifetime: a watch cut mid-wait is a transient failure, an approval
+needs the raise made for its very reservation, and shapes the gates cannot keep are refused."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Final
+
+import pytest
+from kubernetes import client
+
+from core import trainjob, wire
+from core.request import StartRequest
+from tests.conftest import Cluster
+from tests.integration.conftest import Step, start_queued
+from tests.integration.lifecycle import (
+    BIN,
+    DEADLINE,
+    TRAINER,
+    Kubelet,
+    admit_and_approve,
+    run_step,
+)
+from tests.kueue_objects import KueueSetup, condition
+from tests.proxy import proxied
+from tests.wait import wait_until
+
+pytestmark = pytest.mark.integration
+WATCH_SETTLES: Final = 4.0  # seconds after connecting: a step starts and reads in about 1.5
+
+
+def test_a_watch_cut_mid_wait_is_exit_75_and_a_rerun_admits(
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    kueue: KueueSetup,
+    control_plane: Cluster,
+    tmp_path: Path,
+) -> None:
+    kueue.install(cpu="1")
+    blocker = start_queued(step, namespace, torch_runtime, kueue, "holds-the-quota")
+    admit_and_approve(step, namespace, blocker.result["name"], kueue.check)
+    waiting = start_queued(step, namespace, torch_runtime, kueue, "waits")
+    admit = [
+        *("--namespace", namespace, "--name", waiting.result["name"], "--check", kueue.check),
+        *("--wait", "--timeout", "120"),
+    ]
+    with proxied(control_plane.kubeconfig, tmp_path) as (proxy, kubeconfig):
+        admitting = subprocess.Popen(
+            [str(BIN / "dispatch-admit"), "--kubeconfig", str(kubeconfig), *admit],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        # The step reads, lists, then watches on one kept-alive connection; the reads take
+        # well under the settling time on this machine, so the cut lands in the watch.
+        wait_until(lambda: proxy.connections() == 1 or None, what="admit to connect", timeout=60)
+        settled = time.monotonic() + WATCH_SETTLES
+        wait_until(lambda: time.monotonic() > settled or None, what="admit to watch")
+        assert admitting.poll() is None, "admit is still waiting"
+        proxy.cut()
+        _, stderr = admitting.communicate(timeout=60)
+    assert admitting.returncode == 75, stderr
+    assert "connection lost" in stderr
+    assert "Traceback" not in stderr
+
+    kueue.set_active(blocker.result["uid"], active=False)  # the quota frees up
+    rerun = run_step("admit", *admit, kubeconfig=control_plane.kubeconfig)
+    assert rerun.code == 0, rerun.error
+    assert rerun.result["admission"] == 1
+
+
+def test_approve_by_hand_without_a_raise_is_refused(
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    kueue: KueueSetup,
+    custom: client.CustomObjectsApi,
+) -> None:
+    kueue.install(cpu="1")
+    started = start_queued(step, namespace, torch_runtime, kueue, "unraised")
+
+    def reserved() -> dict[str, object] | None:
+        workload = kueue.workload_of(started.result["uid"])
+        return workload if workload and condition(workload, "QuotaReserved") == "True" else None
+
+    workload = wait_until(reserved, what="a reservation", timeout=DEADLINE)
+    meta = workload["metadata"]
+    assert isinstance(meta, dict)
+    approve = [
+        *("--namespace", namespace, "--check", kueue.check, "--workload", meta["name"]),
+        *("--workload-resource-version", meta["resourceVersion"], "--admission", "0"),
+    ]
+    refused = step("approve", *approve)
+    assert refused.code == 6
+    assert "A was not raised for this reservation" in refused.error
+    again = kueue.workload_of(started.result["uid"])
+    assert again is not None
+    states = {c["name"]: c["state"] for c in again["status"]["admissionChecks"]}
+    assert states[kueue.check] == "Pending", "nothing was approved"
+
+
+def test_a_multikueue_trainjob_is_refused_by_admit(
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    kueue: KueueSetup,
+    custom: client.CustomObjectsApi,
+) -> None:
+    kueue.install(cpu="1")
+    request = StartRequest.model_validate(
+        {
+            "job_id": "multi",
+            "generation": 1,
+            "submission": 1,
+            "attempt": 1,
+            "image": "registry.example/trainer:1",
+            "command": ["python"],
+            "runtime_name": torch_runtime,
+            "namespace": namespace,
+            "queue": kueue.local_queue,
+            "resources_per_node": {"requests": {"cpu": "1"}},
+        }
+    )
+    body = trainjob.build_trainjob(request, trainer_job="node")
+    body["spec"]["managedBy"] = wire.MULTIKUEUE_MANAGER  # as Kueue sets it (immutable after)
+    custom.create_namespaced_custom_object(*TRAINER, namespace, "trainjobs", body)
+    admit = ["--namespace", namespace, "--name", body["metadata"]["name"], "--check", kueue.check]
+    refused = step("admit", *admit, "--wait", "--timeout", "600")
+    assert refused.code == 6
+    assert "managed by MultiKueue" in refused.error
+    assert "not supported yet" in refused.error

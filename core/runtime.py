@@ -17,6 +17,7 @@ from core.wire import (
     ANCESTOR_LABEL,
     ANCESTOR_TRAINER,
     MPI_WORKER_JOB,
+    TRAINER_CONTAINER,
 )
 
 # A runtime's spec.template.spec is a full JobSetSpec (reference/trainer.md §4).
@@ -28,8 +29,14 @@ _UNMOVED: Final = "moving neither A nor J"
 _JOB_RESTART_ACTIONS: Final = frozenset({"RestartJob", "RestartJobAndIgnoreMaxRestarts"})
 
 # torchrun restarts every local worker in place up to --max-restarts times (PET_MAX_RESTARTS is
-# its env form). A flag word at the end of a string takes its value from the next word.
-_IN_PROCESS_RESTARTS: Final = re.compile(r"(--max[-_]restarts(?:=|\s+|$)|\bPET_MAX_RESTARTS=)(\S*)")
+# its env form). Its parser takes any prefix of a long option that names one option, so
+# `--max` to `--max-restarts` (or `_`) all count. A flag word at the end of a string takes its
+# value from the next word.
+_MAX_RESTARTS_FLAG: Final = r"--max(?:[-_](?:r(?:e(?:s(?:t(?:a(?:r(?:t(?:s)?)?)?)?)?)?)?)?)?"
+_IN_PROCESS_RESTARTS: Final = re.compile(
+    rf"((?<![\w-]){_MAX_RESTARTS_FLAG}(?:=|\s+|$)|\bPET_MAX_RESTARTS=)(\S*)"
+)
+PET_MAX_RESTARTS: Final = "PET_MAX_RESTARTS"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,17 +50,41 @@ class Violation:
         return f"{self.path}: {self.message}"
 
 
-def decide_violations(runtime: Mapping[str, Any]) -> tuple[Violation, ...]:
-    """Return every violation of the runtime requirements; empty means dispatch-ready."""
+def decide_violations(
+    runtime: Mapping[str, Any], request: Mapping[str, Any] | None = None
+) -> tuple[Violation, ...]:
+    """Return every violation of the runtime requirements; empty means dispatch-ready.
+
+    `request` is what the start request puts in spec.trainer (`command`, `args`, `env`): the
+    words that run under the prologue, checked like a container's. The prologue's command
+    always replaces the trainer container's, so that command never runs and is not checked;
+    its args run unless the request gives its own.
+    """
     check = _Check()
     allow_rank_restart = _allows_rank_restart(runtime, check)
     spec = check.mapping(runtime.get("spec"), "spec")
     template = check.mapping(spec.get("template"), "spec.template")
     jobset = check.mapping(template.get("spec"), JOBSET_SPEC)
-    if not allow_rank_restart:
-        _check_failure_policy(jobset, check)
-    for path, job_template in _checked_jobs(spec, jobset, check):
-        _check_job(path, job_template, check, allow_rank_restart=allow_rank_restart)
+    _check_ml_policy(spec, check)
+    _check_jobset(jobset, check)
+    _check_failure_policy(jobset, check, allow_rank_restart=allow_rank_restart)
+    replaced = ("command", "args") if request and request.get("args") else ("command",)
+    for path, job_template, is_trainer in _checked_jobs(spec, jobset, check):
+        _check_job(
+            path,
+            job_template,
+            check,
+            allow_rank_restart=allow_rank_restart,
+            replaced=replaced if is_trainer else (),
+        )
+    if request is not None and not allow_rank_restart:
+        env = request.get("env") or {}
+        words = {
+            "command": list(request.get("command") or []),
+            "args": list(request.get("args") or []),
+            "env": [{"name": key, "value": value} for key, value in sorted(env.items())],
+        }
+        _check_env_and_words("request", words, check)
     return tuple(check.violations)
 
 
@@ -151,14 +182,40 @@ def _allows_rank_restart(runtime: Mapping[str, Any], check: _Check) -> bool:
     return False
 
 
+def _check_ml_policy(spec: Mapping[str, Any], check: _Check) -> None:
+    ml_policy = check.mapping(spec.get("mlPolicy"), "spec.mlPolicy")
+    if ml_policy.get("flux") is not None:
+        check.refuse(
+            "spec.mlPolicy.flux",
+            "must be unset: Flux joins the trainer command into one string, which breaks the "
+            "prologue, and its launcher runs `flux start` again in place",
+        )
+
+
+def _check_jobset(jobset: Mapping[str, Any], check: _Check) -> None:
+    ttl = jobset.get("ttlSecondsAfterFinished")
+    if ttl is not None:
+        check.refuse(
+            f"{JOBSET_SPEC}.ttlSecondsAfterFinished",
+            "must be unset: once the finished JobSet is deleted, Trainer v2.2.1 builds a new one "
+            f"whose J starts at 0 again (kubeflow/trainer#3779), {_UNMOVED} upwards",
+        )
+    if jobset.get("managedBy") is not None:
+        check.refuse(
+            f"{JOBSET_SPEC}.managedBy",
+            "must be unset: the JobSet controller skips a JobSet another controller manages, "
+            "and whether that one raises J on a restart is unknown",
+        )
+
+
 def _checked_jobs(
     spec: Mapping[str, Any], jobset: Mapping[str, Any], check: _Check
-) -> list[tuple[str, Mapping[str, Any]]]:
-    """Return the path and Job template of the trainer job, and of MPI's `node` workers."""
+) -> list[tuple[str, Mapping[str, Any], bool]]:
+    """Return path, Job template and trainer-ness of the trainer job and MPI's `node` workers."""
     ml_policy = check.mapping(spec.get("mlPolicy"), "spec.mlPolicy")
     is_mpi = ml_policy.get("mpi") is not None
     jobs_path = f"{JOBSET_SPEC}.replicatedJobs"
-    checked: list[tuple[str, Mapping[str, Any]]] = []
+    checked: list[tuple[str, Mapping[str, Any], bool]] = []
     trainer_found = False
     for path, job in check.mappings(jobset.get("replicatedJobs"), jobs_path):
         template = check.mapping(job.get("template"), f"{path}.template")
@@ -167,17 +224,30 @@ def _checked_jobs(
         is_trainer = labels.get(ANCESTOR_LABEL) == ANCESTOR_TRAINER
         if is_trainer and not _name_of(job):
             check.refuse(f"{path}.name", "must be stated: the runtime patch names the trainer job")
+        if is_trainer and trainer_found:
+            check.refuse(
+                f"{path}.template.metadata.labels['{ANCESTOR_LABEL}']",
+                "must label one replicated job only: Trainer gives every labelled job the "
+                "trainer's command, but A is patched onto the first, so this one would run "
+                "without it",
+            )
+            continue
         trainer_found = trainer_found or is_trainer
         # MPI ranks run in the sshd workers too, so they fail and restart like the launcher.
         if is_trainer or (is_mpi and job.get("name") == MPI_WORKER_JOB):
-            checked.append((f"{path}.template", template))
+            checked.append((f"{path}.template", template, is_trainer))
     if not trainer_found:
         check.refuse(jobs_path, f"must hold the trainer job, labelled {ANCESTOR_LABEL}: trainer")
     return checked
 
 
 def _check_job(
-    path: str, job_template: Mapping[str, Any], check: _Check, *, allow_rank_restart: bool
+    path: str,
+    job_template: Mapping[str, Any],
+    check: _Check,
+    *,
+    allow_rank_restart: bool,
+    replaced: tuple[str, ...],
 ) -> None:
     job_path = f"{path}.spec"
     job = check.mapping(job_template.get("spec"), job_path)
@@ -189,13 +259,29 @@ def _check_job(
     # the explicit mechanisms checked below.
     _require_restart_policy_never(pod.get("restartPolicy"), f"{pod_path}.restartPolicy", check)
     _require_backoff_limit_zero(job.get("backoffLimit"), f"{job_path}.backoffLimit", check)
-    if allow_rank_restart:
-        return
+    # Never waivable: with backoffLimit 0 a per-index limit does not work, and a deleted or
+    # foreign-managed Job is recreated or retried under the same A and J.
     for field in ("backoffLimitPerIndex", "maxFailedIndexes"):
         if job.get(field) is not None:
             check.refuse(
-                f"{job_path}.{field}", f"must be unset: it retries a failed index, {_UNMOVED}"
+                f"{job_path}.{field}",
+                f"must be unset: it retries a failed index, {_UNMOVED}, and cannot work with "
+                "backoffLimit: 0",
             )
+    if job.get("ttlSecondsAfterFinished") is not None:
+        check.refuse(
+            f"{job_path}.ttlSecondsAfterFinished",
+            "must be unset: JobSet recreates a deleted child Job under the same restart attempt, "
+            f"so it could run again, {_UNMOVED}",
+        )
+    if job.get("managedBy") is not None:
+        check.refuse(
+            f"{job_path}.managedBy",
+            "must be unset: the Job controller skips a Job another controller manages, and "
+            "whether that one replaces a failed pod is unknown",
+        )
+    if allow_rank_restart:
+        return
     policy = check.mapping(job.get("podFailurePolicy"), f"{job_path}.podFailurePolicy")
     for rule_path, rule in check.mappings(
         policy.get("rules"), f"{job_path}.podFailurePolicy.rules"
@@ -208,7 +294,11 @@ def _check_job(
             )
     for field in ("initContainers", "containers"):
         for container_path, container in check.mappings(pod.get(field), f"{pod_path}.{field}"):
-            _check_container(container_path, container, check)
+            is_trainer_container = (
+                field == "containers" and container.get("name") == TRAINER_CONTAINER
+            )
+            skipped = replaced if is_trainer_container else ()
+            _check_container(container_path, container, check, replaced=skipped)
 
 
 def _require_restart_policy_never(value: Any, path: str, check: _Check) -> None:
@@ -241,7 +331,9 @@ def _require_backoff_limit_zero(value: Any, path: str, check: _Check) -> None:
         )
 
 
-def _check_container(path: str, container: Mapping[str, Any], check: _Check) -> None:
+def _check_container(
+    path: str, container: Mapping[str, Any], check: _Check, *, replaced: tuple[str, ...]
+) -> None:
     # An explicit Never restarts nothing; any other container-level policy (KEP-5307 rules, or
     # Always on an init container) makes the kubelet restart it in place even when the pod says
     # Never. Sidecars (init containers with Always) count as a rank restart: the sidecar is part
@@ -260,13 +352,26 @@ def _check_container(path: str, container: Mapping[str, Any], check: _Check) -> 
             f"{path}.restartPolicyRules",
             f"must be unset: a Restart rule restarts the container in place, {_UNMOVED}",
         )
+    for source_path, source in check.mappings(container.get("envFrom"), f"{path}.envFrom"):
+        prefix = source.get("prefix") or ""
+        if isinstance(prefix, str) and PET_MAX_RESTARTS.startswith(prefix):
+            check.refuse(
+                source_path,
+                f"may set {PET_MAX_RESTARTS}, which cannot be checked from the runtime: give it "
+                f"a prefix that does not begin {PET_MAX_RESTARTS}, or list the variables in env",
+            )
+    kept = {key: value for key, value in container.items() if key not in replaced}
+    _check_env_and_words(path, kept, check)
+
+
+def _check_env_and_words(path: str, container: Mapping[str, Any], check: _Check) -> None:
     for env_path, var in check.mappings(container.get("env"), f"{path}.env"):
-        if var.get("name") == "PET_MAX_RESTARTS" and not _is_zero(var.get("value")):
+        if var.get("name") == PET_MAX_RESTARTS and not _is_zero(var.get("value")):
             value_path = f"{env_path}.value" if "value" in var else env_path
             check.refuse(
                 value_path,
-                f'PET_MAX_RESTARTS must be the literal "0": torchrun restarts the ranks in place, '
-                f"{_UNMOVED}",
+                f'{PET_MAX_RESTARTS} must be the literal "0": torchrun restarts the ranks in '
+                f"place, {_UNMOVED}",
             )
     _check_command(path, container, check)
 
@@ -296,15 +401,20 @@ def _check_command(path: str, container: Mapping[str, Any], check: _Check) -> No
                 break
 
 
-def _check_failure_policy(jobset: Mapping[str, Any], check: _Check) -> None:
+def _check_failure_policy(
+    jobset: Mapping[str, Any], check: _Check, *, allow_rank_restart: bool
+) -> None:
     path = f"{JOBSET_SPEC}.failurePolicy"
     policy = check.mapping(jobset.get("failurePolicy"), path)
     if policy.get("restartStrategy") == "InPlaceRestart":
+        # Never waivable: the JobSet webhook requires backoffLimit at its maximum for it.
         check.refuse(
             f"{path}.restartStrategy",
-            f"must not be InPlaceRestart: pods restart in place, {_UNMOVED}; "
-            "use Recreate or BlockingRecreate",
+            f"must not be InPlaceRestart: pods restart in place, {_UNMOVED}, and it cannot work "
+            "with backoffLimit: 0; use Recreate or BlockingRecreate",
         )
+    if allow_rank_restart:
+        return
     for rule_path, rule in check.mappings(policy.get("rules"), f"{path}.rules"):
         action = rule.get("action")
         if isinstance(action, str) and action in _JOB_RESTART_ACTIONS:

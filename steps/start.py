@@ -30,8 +30,9 @@ def _runtime_from_file(settings: StartSettings) -> tuple[StartRequest, dict[str,
     return request, document
 
 
-def _trainer_job(runtime_object: Mapping[str, Any]) -> str:
-    violations = runtime.decide_violations(runtime_object)
+def _trainer_job(request: StartRequest, runtime_object: Mapping[str, Any]) -> str:
+    words = {"command": request.command, "args": request.args, "env": request.env}
+    violations = runtime.decide_violations(runtime_object, words)
     if violations:
         raise Refused(runtime.build_refusal(runtime_object, violations))
     name = runtime.trainer_job_name(runtime_object)
@@ -63,14 +64,14 @@ def run(settings: StartSettings) -> output.Result:
     if settings.dry_run:
         request, runtime_object = _runtime_from_file(settings)
         _check_queued(request, runtime_object)
-        return trainjob.build_trainjob(request, trainer_job=_trainer_job(runtime_object))
+        return trainjob.build_trainjob(request, trainer_job=_trainer_job(request, runtime_object))
     request = settings.start_request()
     gateway = Gateway.connect(kubeconfig=settings.kubeconfig, context=settings.context)
     runtime_object = gateway.read_runtime(
         request.runtime_kind, request.runtime_name, request.namespace
     )
     _check_queued(request, runtime_object)
-    wanted = trainjob.build_trainjob(request, trainer_job=_trainer_job(runtime_object))
+    wanted = trainjob.build_trainjob(request, trainer_job=_trainer_job(request, runtime_object))
     log = logger.bind(namespace=request.namespace, trainjob=request.trainjob_name)
     created = gateway.create_trainjob(wanted)
     if created is None:

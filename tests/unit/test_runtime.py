@@ -233,6 +233,20 @@ def test_upstream_builtin_is_refused_for_unstated_defaults(
 # --- Each setting, alone on a dispatch-ready runtime ---------------------------------------
 
 
+INIT = f"{POD}.initContainers[0]"
+
+
+def with_init_container(**fields: Any) -> dict[str, Any]:
+    """A dispatch-ready torch runtime whose trainer pod has an init container with `fields`."""
+    return torch_runtime_with(pod_fields={"initContainers": [container_dict("prep", **fields)]})
+
+
+def jobset_with(**fields: Any) -> dict[str, Any]:
+    runtime = runtime_dict()
+    runtime["spec"]["template"]["spec"].update(fields)
+    return runtime
+
+
 def pod_failure_rules(*actions: str) -> dict[str, Any]:
     return {"podFailurePolicy": {"rules": [{"action": action} for action in actions]}}
 
@@ -243,14 +257,6 @@ def pet_max_restarts(**source: Any) -> list[dict[str, Any]]:
 
 # Refused unless the runtime allows rank restarts: each replaces a failed rank, A and J unmoved.
 RANK_RESTART_CASES: dict[str, tuple[dict[str, Any], str]] = {
-    "backoffLimitPerIndex": (
-        torch_runtime_with(job_fields={"backoffLimitPerIndex": 1}),
-        f"{JOB}.backoffLimitPerIndex",
-    ),
-    "maxFailedIndexes": (
-        torch_runtime_with(job_fields={"maxFailedIndexes": 1}),
-        f"{JOB}.maxFailedIndexes",
-    ),
     "podFailurePolicy-Ignore": (
         torch_runtime_with(job_fields=pod_failure_rules("FailJob", "Ignore")),
         f"{JOB}.podFailurePolicy.rules[1].action",
@@ -292,10 +298,6 @@ RANK_RESTART_CASES: dict[str, tuple[dict[str, Any], str]] = {
         ),
         f"{FAILURE_POLICY}.rules[1].action",
     ),
-    "failurePolicy-InPlaceRestart": (
-        runtime_dict(failure_policy={"maxRestarts": 2, "restartStrategy": "InPlaceRestart"}),
-        f"{FAILURE_POLICY}.restartStrategy",
-    ),
     "env-PET_MAX_RESTARTS": (
         torch_runtime_with(env=pet_max_restarts(value="3")),
         f"{NODE}.env[1].value",
@@ -311,16 +313,32 @@ RANK_RESTART_CASES: dict[str, tuple[dict[str, Any], str]] = {
         f"{NODE}.args[1]",
     ),
     "command---max-restarts=N": (
-        torch_runtime_with(command=["torchrun", "--max-restarts=2", "t.py"]),
-        f"{NODE}.command[1]",
+        with_init_container(command=["torchrun", "--max-restarts=2", "t.py"]),
+        f"{INIT}.command[1]",
     ),
     "command---max_restarts-value-in-args": (
-        torch_runtime_with(command=["torchrun", "--max_restarts"], args=["1", "t.py"]),
-        f"{NODE}.command[1]",
+        with_init_container(command=["torchrun", "--max_restarts"], args=["1", "t.py"]),
+        f"{INIT}.command[1]",
     ),
     "shell-script---max-restarts": (
-        torch_runtime_with(command=["/bin/sh", "-c", "pip list\ntorchrun --max-restarts 4 t.py"]),
-        f"{NODE}.command[2]",
+        with_init_container(command=["/bin/sh", "-c", "pip list\ntorchrun --max-restarts 4 t.py"]),
+        f"{INIT}.command[2]",
+    ),
+    "args-abbreviated---max-r=N": (
+        torch_runtime_with(args=["--nnodes=2", "--max-r=3", "t.py"]),
+        f"{NODE}.args[1]",
+    ),
+    "args-abbreviated---max-N": (
+        torch_runtime_with(args=["--max", "3", "t.py"]),
+        f"{NODE}.args[0]",
+    ),
+    "envFrom-without-prefix": (
+        torch_runtime_with(envFrom=[{"configMapRef": {"name": "torch-env"}}]),
+        f"{NODE}.envFrom[0]",
+    ),
+    "envFrom-prefix-PET_": (
+        torch_runtime_with(envFrom=[{"prefix": "PET_", "secretRef": {"name": "s"}}]),
+        f"{NODE}.envFrom[0]",
     ),
     "shell-script-PET_MAX_RESTARTS": (
         torch_runtime_with(command=["/bin/sh", "-c"], args=["export PET_MAX_RESTARTS=2; torchrun"]),
@@ -362,6 +380,43 @@ REQUIRED_CASES: dict[str, tuple[dict[str, Any], str]] = {
     "mpi-launcher-backoffLimit-unset": (
         mpi_runtime_dict(launcher=replicated_job_dict("launcher", backoff_limit=None)),
         f"{LAUNCHER_JOB}.backoffLimit",
+    ),
+    # These cannot work with backoffLimit: 0 (or would rerun an execution): never waivable.
+    "backoffLimitPerIndex": (
+        torch_runtime_with(job_fields={"backoffLimitPerIndex": 1}),
+        f"{JOB}.backoffLimitPerIndex",
+    ),
+    "maxFailedIndexes": (
+        torch_runtime_with(job_fields={"maxFailedIndexes": 1}),
+        f"{JOB}.maxFailedIndexes",
+    ),
+    "failurePolicy-InPlaceRestart": (
+        runtime_dict(failure_policy={"maxRestarts": 2, "restartStrategy": "InPlaceRestart"}),
+        f"{FAILURE_POLICY}.restartStrategy",
+    ),
+    "jobset-ttlSecondsAfterFinished": (
+        jobset_with(ttlSecondsAfterFinished=60),
+        "spec.template.spec.ttlSecondsAfterFinished",
+    ),
+    "jobset-managedBy": (
+        jobset_with(managedBy="example.com/other"),
+        "spec.template.spec.managedBy",
+    ),
+    "job-ttlSecondsAfterFinished": (
+        torch_runtime_with(job_fields={"ttlSecondsAfterFinished": 0}),
+        f"{JOB}.ttlSecondsAfterFinished",
+    ),
+    "job-managedBy": (
+        torch_runtime_with(job_fields={"managedBy": "example.com/other"}),
+        f"{JOB}.managedBy",
+    ),
+    "second-trainer-job": (
+        runtime_dict(replicated_job_dict("node"), replicated_job_dict("extra")),
+        f"{JOBS}[1].template.metadata.labels['trainer.kubeflow.org/trainjob-ancestor-step']",
+    ),
+    "mlPolicy-flux": (
+        runtime_dict(ml_policy={"numNodes": 1, "flux": {"numProcPerNode": 1}}),
+        "spec.mlPolicy.flux",
     ),
 }
 ALL_CASES = {**RANK_RESTART_CASES, **REQUIRED_CASES}
@@ -452,6 +507,45 @@ def test_runtime_passes(runtime: dict[str, Any]) -> None:
     assert decide_violations(runtime) == ()
 
 
+def test_the_trainer_command_never_runs_and_is_not_checked() -> None:
+    # start's prologue replaces the trainer container's command; its args run unless the
+    # request gives its own.
+    runtime = torch_runtime_with(
+        command=["torchrun", "--max-restarts=3"], args=["--max-restarts", "3"]
+    )
+    assert paths(runtime) == [f"{NODE}.args[0]"]
+    request = {"command": ["python", "train.py"], "args": ["--lr", "0.1"], "env": {}}
+    assert decide_violations(runtime, request) == ()
+
+
+def test_envfrom_with_another_prefix_passes() -> None:
+    runtime = torch_runtime_with(envFrom=[{"prefix": "APP_", "configMapRef": {"name": "c"}}])
+    assert decide_violations(runtime) == ()
+
+
+@pytest.mark.parametrize(
+    ("request_words", "expected"),
+    [
+        ({"command": ["torchrun", "--max-restarts=3", "t.py"]}, "request.command[1]"),
+        ({"command": ["torchrun", "--max-r=3", "t.py"]}, "request.command[1]"),
+        ({"command": ["torchrun"], "args": ["--max_restarts", "2"]}, "request.args[0]"),
+        ({"command": ["sh", "-c", "torchrun --max-re 1 t.py"]}, "request.command[2]"),
+        ({"command": ["torchrun"], "env": {"PET_MAX_RESTARTS": "3"}}, "request.env[0].value"),
+    ],
+    ids=["flag", "abbreviated", "in-args", "in-a-script", "env"],
+)
+def test_the_request_words_are_checked(request_words: dict[str, Any], expected: str) -> None:
+    violations = decide_violations(runtime_dict(), request_words)
+    assert [v.path for v in violations] == [expected]
+    assert "torchrun restarts the ranks in place" in violations[0].message
+    assert decide_violations(allowing(runtime_dict()), request_words) == ()
+
+
+def test_zero_restarts_in_the_request_pass() -> None:
+    words = {"command": ["torchrun", "--max-restarts=0"], "env": {"PET_MAX_RESTARTS": "0"}}
+    assert decide_violations(runtime_dict(), words) == ()
+
+
 # --- The allowRankRestart annotation ---------------------------------------------------------
 
 BACKOFF_PER_INDEX = runtime_dict(replicated_job_dict(job_fields={"backoffLimitPerIndex": 1}))
@@ -511,7 +605,7 @@ def keys_of(path: str) -> list[str | int]:
         pytest.param(f"{JOB}.template", 7, f"{JOB}.template", id="pod-template-number"),
         pytest.param(f"{POD}.containers", {}, f"{POD}.containers", id="containers-mapping"),
         pytest.param(f"{NODE}.env", ["A=1"], f"{NODE}.env[0]", id="env-entry-string"),
-        pytest.param(f"{NODE}.command", "torchrun", f"{NODE}.command", id="command-string"),
+        pytest.param(f"{NODE}.args", "torchrun", f"{NODE}.args", id="args-string"),
         pytest.param(f"{NODE}.args", ["--x", 3], f"{NODE}.args[1]", id="args-word-number"),
         pytest.param(
             FAILURE_POLICY,

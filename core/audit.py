@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
+from core import runtime
 from core.identity import IdentityError, parse_counter
 from core.wire import (
     ADMISSION_ANNOTATION,
     ADMISSION_FLOOR_ANNOTATION,
+    ALLOW_RANK_RESTART_ANNOTATION,
     COMPLETION_INDEX_KEY,
     FOREIGN,
     FOREIGN_ANNOTATION,
@@ -30,6 +32,7 @@ from core.wire import (
     PATCH_MANAGER,
     REPLICATED_JOB_NAME_KEY,
     RESTART_ATTEMPT_KEY,
+    TRAINER_CONTAINER,
 )
 
 # Annotations share a 256 KiB budget per object; a job of many pods could otherwise produce a
@@ -53,6 +56,10 @@ class FindingKind(StrEnum):
     POD_ADMISSION = "pod-admission"  # a live pod's A is missing, garbage or low
     REPEATED_R = "repeated-r"  # an execution began with the R of the one recorded before it
     LOWER_R = "lower-r"  # a live pod runs with an R below the one recorded
+    RESTARTED_IN_PLACE = "restarted-in-place"  # the kubelet reran the trainer container
+    DUPLICATE_POD = "duplicate-pod"  # two pods for one slot under one A, J and JobSet
+    STALE_POD = "stale-pod"  # a running job's pod whose A is not the patch's
+    JOBSET_SPEC = "jobset-spec"  # the live JobSet holds a setting the runtime rules refuse
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,6 +160,7 @@ def decide_audit(
     if jobset is not None:
         check_uid(_mapping(jobset.get("metadata")).get("uid"))
         restarts.see(_mapping(jobset.get("status")).get("restarts"))
+        findings.extend(_check_jobset_spec(jobset))
 
     read_floor = _read_counter(
         _annotations(trainjob).get(ADMISSION_FLOOR_ANNOTATION),
@@ -166,19 +174,26 @@ def decide_audit(
         floor = read_floor
 
     admitted_jobs: set[str] = set()
+    patch_values: set[Any] = set()
     for path, replicated_job in _patched_jobs(trainjob, name, findings):
         admitted_jobs.add(_word(replicated_job.get("name")))
         pod_annotations = _at(replicated_job, "template", "spec", "template", "metadata")
         value = _mapping(pod_annotations.get("annotations")).get(ADMISSION_ANNOTATION)
+        patch_values.add(value)
         where = f"TrainJob {name} {path}.{_POD_ADMISSION}"
         findings.extend(
             _check_admission(value, name=where, floor=floor, kind=FindingKind.RUNTIME_PATCH)
         )
 
     executions = _Executions(Execution.parse(_annotations(trainjob).get(LAST_EXECUTION_ANNOTATION)))
+    running = _at(trainjob, "spec").get("suspend") is not True
+    # The patch A every pod of a running job carries; None when the patch is not one value.
+    patch_admission = next(iter(patch_values)) if len(patch_values) == 1 else None
+    slots = _Slots()
     for pod in pods:
         labels = _at(pod, "metadata", "labels")
         restarts.see(labels.get(RESTART_ATTEMPT_KEY))  # finished pods ran executions too
+        slots.see(pod)  # every pod: an execution rerun in the same slot may have finished
         if not _is_live(pod):
             continue  # terminating or finished: no execution runs with its values any more
         check_uid(labels.get(JOBSET_UID_KEY))
@@ -195,8 +210,102 @@ def decide_audit(
         findings.extend(found)
         if not found and isinstance(value, str):  # a canonical decimal, at or above the floor
             findings.extend(executions.see(pod, admission=int(value)))
+            if running and _below(value, patch_admission):
+                findings.append(
+                    Finding(
+                        kind=FindingKind.STALE_POD,
+                        reason=(
+                            f"pod {pod_name} runs with A = {value} while the running job's "
+                            f"runtime patch holds A = {patch_admission}: it was not started by "
+                            "the opening that raised A"
+                        ),
+                    )
+                )
+        findings.extend(_check_restarted_in_place(pod, pod_name))
+    findings.extend(slots.findings())
     observed = Observed(highest_restart=restarts.highest, execution=executions.to_record())
     return tuple(findings), observed
+
+
+def _below(admission: str, patch_admission: Any) -> bool:
+    """A pod's (canonical) A below the patch's single readable A."""
+    try:
+        return int(admission) < parse_counter(patch_admission, name="A")
+    except IdentityError:
+        return False  # no single readable patch A: the patch findings say why
+
+
+def _check_restarted_in_place(pod: Mapping[str, Any], pod_name: str) -> Iterator[Finding]:
+    """The kubelet restarted the trainer container: the execution reran under one identity."""
+    for status in _mapping(pod.get("status")).get("containerStatuses") or []:
+        status = _mapping(status)
+        count = status.get("restartCount")
+        if status.get("name") == TRAINER_CONTAINER and isinstance(count, int) and count > 0:
+            yield Finding(
+                kind=FindingKind.RESTARTED_IN_PLACE,
+                reason=(
+                    f"pod {pod_name} container {TRAINER_CONTAINER} was restarted in place "
+                    f"{count} time{'' if count == 1 else 's'}: each restart reran the execution "
+                    "with the same A and J"
+                ),
+            )
+
+
+class _Slots:
+    """Pods per (JobSet UID, slot, A, J): one execution has one pod in each slot."""
+
+    def __init__(self) -> None:
+        self.pods: dict[tuple[str, ...], list[str]] = {}
+
+    def see(self, pod: Mapping[str, Any]) -> None:
+        labels = _at(pod, "metadata", "labels")
+        if labels.get(COMPLETION_INDEX_KEY) is None:
+            return  # not a pod of an indexed Job: no slot to compare
+        key = tuple(
+            _word(value)
+            for value in (
+                labels.get(JOBSET_UID_KEY),
+                labels.get(REPLICATED_JOB_NAME_KEY),
+                labels.get(JOB_INDEX_KEY),
+                labels.get(COMPLETION_INDEX_KEY),
+                _annotations(pod).get(ADMISSION_ANNOTATION),
+                labels.get(RESTART_ATTEMPT_KEY),
+            )
+        )
+        self.pods.setdefault(key, []).append(_word(_mapping(pod.get("metadata")).get("name")))
+
+    def findings(self) -> Iterator[Finding]:
+        for (_, job, job_index, index, admission, restart), names in sorted(self.pods.items()):
+            if len(names) > 1 and admission != repr(None):
+                yield Finding(
+                    kind=FindingKind.DUPLICATE_POD,
+                    reason=(
+                        f"pods {', '.join(sorted(names))} all ran {job}/{job_index}/{index} "
+                        f"with A = {admission} and J = {restart} on one JobSet: the execution "
+                        "ran more than once (a child Job deleted and recreated, or a pod "
+                        "replaced)"
+                    ),
+                )
+
+
+def _check_jobset_spec(jobset: Mapping[str, Any]) -> Iterator[Finding]:
+    """The runtime rules no annotation waives, applied to the live JobSet.
+
+    The runtime may have been edited after start, or the JobSet by hand.
+    """
+    name = _word(_mapping(jobset.get("metadata")).get("name"))
+    as_runtime = {
+        "metadata": {"annotations": {ALLOW_RANK_RESTART_ANNOTATION: "true"}},
+        "spec": {"template": {"spec": jobset.get("spec")}},
+    }
+    for violation in runtime.decide_violations(as_runtime):
+        if violation.path == f"{runtime.JOBSET_SPEC}.replicatedJobs":
+            continue  # the trainer label lives in the runtime: the JobSet need not carry it
+        path = violation.path.replace(runtime.JOBSET_SPEC, "spec", 1)
+        yield Finding(
+            kind=FindingKind.JOBSET_SPEC,
+            reason=f"JobSet {name} {path}: {violation.message}",
+        )
 
 
 class _Restarts:

@@ -90,7 +90,7 @@ def pod_dict(
     phase: str = "Running",
     terminating: bool = False,
     restart: str = "0",
-    completion_index: str = "0",
+    completion_index: str | None = None,
     uid: str = "pod-uid-1",
 ) -> dict[str, Any]:
     """A pod of the JobSet with the keys JobSet stamps on it; None leaves a key unset."""

@@ -100,7 +100,7 @@ def kinds(findings: Iterable[Finding]) -> list[FindingKind]:
         (trainjob_dict(jobset_uid=UID), jobset_dict(), [pod_dict()]),
         (trainjob_dict(jobset_uid=UID), None, []),
         (trainjob_dict(admission="0", floor="0"), None, []),
-        (trainjob_dict(admission="7", floor="5"), jobset_dict(), [pod_dict(admission="6")]),
+        (trainjob_dict(admission="7", floor="5"), jobset_dict(), [pod_dict(admission="7")]),
         (
             trainjob_dict(jobset_uid=UID),
             jobset_dict(),
@@ -311,6 +311,7 @@ def test_any_admission_at_or_above_floor_is_clean(floor: int, data: st.DataObjec
     patch = data.draw(at_least)
     pods = [pod_dict(f"p{i}", admission=str(data.draw(at_least))) for i in range(3)]
     trainjob = trainjob_dict(admission=str(patch), floor=str(floor), jobset_uid=UID)
+    trainjob["spec"]["suspend"] = True  # pods of any A may still drain: only the floor counts
     assert audit(trainjob, jobset_dict(), pods) == ()
 
 
@@ -325,7 +326,8 @@ def test_any_admission_below_floor_is_found(floor: int, data: st.DataObject) -> 
 
 @given(value=st.text(max_size=8))
 def test_pod_admission_is_found_unless_canonical(value: str) -> None:
-    findings = audit(trainjob_dict(floor="0"), None, [pod_dict(admission=value)])
+    job = trainjob_dict(admission="0", floor="0")  # so any canonical pod A is at the patch's
+    findings = audit(job, None, [pod_dict(admission=value)])
     assert bool(findings) is not bool(CANONICAL.fullmatch(value))
 
 
@@ -468,7 +470,7 @@ def observe(
     return decide_audit(trainjob, jobset, pods=(pod for pod in pods))
 
 
-def recorded(r: int, pod: str = "pod-uid-1", slot: str = "node/0/0") -> str:
+def recorded(r: int, pod: str = "pod-uid-1", slot: str = "node/0/None") -> str:
     return Execution(r=r, slot=slot, pod=pod).text()
 
 
@@ -476,7 +478,7 @@ def test_first_execution_seen_is_recorded_with_the_highest_j() -> None:
     job = trainjob_dict(admission="2", floor="2", jobset_uid=UID)
     pods = [
         pod_dict(f"{NAME}-node-0-1-b", admission="2", restart="3", completion_index="1", uid="b"),
-        pod_dict(admission="2", restart="3", uid="a"),
+        pod_dict(admission="2", restart="3", completion_index="0", uid="a"),
         pod_dict("old", admission="1", restart="2", phase="Failed", uid="c"),
     ]
     findings, observed = observe(job, jobset_dict(restarts=3), pods)
@@ -538,3 +540,64 @@ def test_highest_j_is_never_lowered() -> None:
     findings, observed = observe(job, jobset_dict(restarts=2), [])
     assert observed.highest_restart == 2
     assert decide_annotations(job, findings, jobset=jobset_dict(), observed=observed) is None
+
+
+# --- what ran: in-place restarts, duplicate pods, stale pods, the live JobSet --------------
+
+
+def test_a_trainer_container_restarted_in_place_is_a_finding() -> None:
+    pod = pod_dict()
+    pod["status"]["containerStatuses"] = [
+        {"name": "sidecar", "restartCount": 4},
+        {"name": "node", "restartCount": 2},
+    ]
+    findings = audit(trainjob_dict(jobset_uid=UID), jobset_dict(), [pod])
+    assert kinds(findings) == [FindingKind.RESTARTED_IN_PLACE]
+    assert "container node was restarted in place 2 times" in findings[0].reason
+
+
+def test_two_pods_of_one_slot_under_one_a_and_j_are_a_finding() -> None:
+    first = pod_dict("first", completion_index="0", phase="Failed", uid="1")
+    rerun = pod_dict("rerun", completion_index="0", uid="2")
+    other = pod_dict("other", completion_index="1", uid="3")
+    findings = audit(trainjob_dict(jobset_uid=UID), jobset_dict(), [first, rerun, other])
+    assert kinds(findings) == [FindingKind.DUPLICATE_POD]
+    assert "pods first, rerun all ran node/0/0 with A = 1 and J = 0" in findings[0].reason
+    next_attempt = pod_dict("next", completion_index="0", restart="1", uid="4")
+    assert audit(trainjob_dict(jobset_uid=UID), jobset_dict(), [first, next_attempt]) == ()
+
+
+def test_a_running_jobs_pod_below_the_patch_is_stale_but_not_while_held() -> None:
+    job = trainjob_dict(admission="3", floor="3", jobset_uid=UID)
+    pods = [pod_dict(admission="3", uid="a"), pod_dict("old", admission="3", uid="b")]
+    assert audit(job, jobset_dict(), pods) == ()
+    job["metadata"]["annotations"]["dispatch.phpboyscout.uk/admission-floor"] = "2"
+    stale = pod_dict("old", admission="2", uid="b")
+    findings = audit(job, jobset_dict(), [stale])
+    assert kinds(findings) == [FindingKind.STALE_POD]
+    assert "runs with A = 2 while the running job's runtime patch holds A = 3" in findings[0].reason
+    job["spec"]["suspend"] = True
+    assert audit(job, jobset_dict(), [stale]) == ()
+
+
+def test_the_live_jobset_is_checked_against_the_rules_no_annotation_waives() -> None:
+    jobset = jobset_dict()
+    jobset["spec"] = {
+        "ttlSecondsAfterFinished": 30,
+        "replicatedJobs": [
+            {
+                "name": "node",
+                "template": {
+                    "spec": {
+                        "backoffLimit": 0,
+                        "template": {"spec": {"restartPolicy": "Never", "containers": []}},
+                    }
+                },
+            }
+        ],
+    }
+    findings = audit(trainjob_dict(jobset_uid=UID), jobset, [])
+    assert kinds(findings) == [FindingKind.JOBSET_SPEC]
+    assert findings[0].reason.startswith(
+        f"JobSet {NAME} spec.ttlSecondsAfterFinished: must be unset"
+    )

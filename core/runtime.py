@@ -1,8 +1,10 @@
 """Runtime requirements (DESIGN §2): what a (Cluster)TrainingRuntime must state to be dispatched.
 
-allowRankRestart is the runtime annotation `dispatch.phpboyscout.uk/allow-rank-restart: "true"`.
-The platform engineer who owns the runtime knows whether its ranks may be replaced without A or J
-moving; a start request cannot override that, so there is no start setting for it.
+allowRankRestart is the runtime annotation `dispatch.phpboyscout.uk/allow-rank-restart: "true"`
+(every waivable mechanism), and `dispatch.phpboyscout.uk/allow-restarts: sidecars,torchrun`
+allows mechanisms one by one (MECHANISMS). The platform engineer who owns the runtime knows
+whether its ranks may be replaced without A or J moving; a start request cannot override that,
+so there is no start setting for it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any, Final
 
 from core.wire import (
     ALLOW_RANK_RESTART_ANNOTATION,
+    ALLOW_RESTARTS_ANNOTATION,
     ANCESTOR_LABEL,
     ANCESTOR_TRAINER,
     MPI_WORKER_JOB,
@@ -24,6 +27,14 @@ from core.wire import (
 JOBSET_SPEC: Final = "spec.template.spec"
 _ALLOW_PATH: Final = f"metadata.annotations['{ALLOW_RANK_RESTART_ANNOTATION}']"
 _UNMOVED: Final = "moving neither A nor J"
+_ALLOW_LIST_PATH: Final = f"metadata.annotations['{ALLOW_RESTARTS_ANNOTATION}']"
+# The mechanisms a runtime's owner may allow one by one, each waiving exactly these settings:
+SIDECARS: Final = "sidecars"  # initContainers[].restartPolicy: Always (and their rules)
+CONTAINER_RESTART: Final = "container-restart"  # other containers' restartPolicy / rules
+POD_FAILURE_IGNORE: Final = "pod-failure-ignore"  # podFailurePolicy rules with action Ignore
+RESTART_JOB: Final = "restart-job"  # JobSet RestartJob / RestartJobAndIgnoreMaxRestarts rules
+TORCHRUN: Final = "torchrun"  # PET_MAX_RESTARTS, --max-restarts, an envFrom that may set them
+MECHANISMS: Final = (SIDECARS, CONTAINER_RESTART, POD_FAILURE_IGNORE, RESTART_JOB, TORCHRUN)
 
 # Only the failed child Job is recreated: status.restarts (J) stays the same (jobset.md §1.5).
 _JOB_RESTART_ACTIONS: Final = frozenset({"RestartJob", "RestartJobAndIgnoreMaxRestarts"})
@@ -61,23 +72,17 @@ def decide_violations(
     its args run unless the request gives its own.
     """
     check = _Check()
-    allow_rank_restart = _allows_rank_restart(runtime, check)
+    check.allowed = _allowed_mechanisms(runtime, check)
     spec = check.mapping(runtime.get("spec"), "spec")
     template = check.mapping(spec.get("template"), "spec.template")
     jobset = check.mapping(template.get("spec"), JOBSET_SPEC)
     _check_ml_policy(spec, check)
     _check_jobset(jobset, check)
-    _check_failure_policy(jobset, check, allow_rank_restart=allow_rank_restart)
+    _check_failure_policy(jobset, check)
     replaced = ("command", "args") if request and request.get("args") else ("command",)
     for path, job_template, is_trainer in _checked_jobs(spec, jobset, check):
-        _check_job(
-            path,
-            job_template,
-            check,
-            allow_rank_restart=allow_rank_restart,
-            replaced=replaced if is_trainer else (),
-        )
-    if request is not None and not allow_rank_restart:
+        _check_job(path, job_template, check, replaced=replaced if is_trainer else ())
+    if request is not None:
         env = request.get("env") or {}
         words = {
             "command": list(request.get("command") or []),
@@ -111,9 +116,15 @@ class _Check:
 
     def __init__(self) -> None:
         self.violations: list[Violation] = []
+        self.allowed: frozenset[str] = frozenset()
 
     def refuse(self, path: str, message: str) -> None:
         self.violations.append(Violation(path=path, message=message))
+
+    def refuse_unless(self, mechanism: str, path: str, message: str) -> None:
+        """Refuse a setting the runtime's owner may allow, saying how, unless allowed."""
+        if mechanism not in self.allowed:
+            self.refuse(path, f"{message} (allowed by {ALLOW_RESTARTS_ANNOTATION}: {mechanism})")
 
     def mapping(self, value: Any, path: str) -> Mapping[str, Any]:
         """Return `value` as a mapping; unset is empty, any other shape is refused."""
@@ -170,16 +181,29 @@ def requested_resources(
     }
 
 
-def _allows_rank_restart(runtime: Mapping[str, Any], check: _Check) -> bool:
+def _allowed_mechanisms(runtime: Mapping[str, Any], check: _Check) -> frozenset[str]:
     metadata = check.mapping(runtime.get("metadata"), "metadata")
     annotations = check.mapping(metadata.get("annotations"), "metadata.annotations")
+    allowed: set[str] = set()
     value = annotations.get(ALLOW_RANK_RESTART_ANNOTATION)
     if value == "true":
-        return True
-    if value is not None and value != "":
+        allowed |= set(MECHANISMS)
+    elif value is not None and value != "":
         # Refused, not read as false: the owner of a typo ("yes", "True") learns it did nothing.
         check.refuse(_ALLOW_PATH, f'must be "true" or absent, not {_shown(value)}')
-    return False
+    listed = annotations.get(ALLOW_RESTARTS_ANNOTATION)
+    if listed is None or listed == "":
+        return frozenset(allowed)
+    names = [name.strip() for name in listed.split(",")] if isinstance(listed, str) else None
+    unknown = [name for name in names or [] if name not in MECHANISMS]
+    if names is None or unknown:
+        check.refuse(
+            _ALLOW_LIST_PATH,
+            f"must list mechanisms from {', '.join(MECHANISMS)} (comma-separated), not "
+            f"{_shown(listed)}",
+        )
+        return frozenset(allowed)
+    return frozenset(allowed | set(names))
 
 
 def _check_ml_policy(spec: Mapping[str, Any], check: _Check) -> None:
@@ -246,7 +270,6 @@ def _check_job(
     job_template: Mapping[str, Any],
     check: _Check,
     *,
-    allow_rank_restart: bool,
     replaced: tuple[str, ...],
 ) -> None:
     job_path = f"{path}.spec"
@@ -280,14 +303,13 @@ def _check_job(
             "must be unset: the Job controller skips a Job another controller manages, and "
             "whether that one replaces a failed pod is unknown",
         )
-    if allow_rank_restart:
-        return
     policy = check.mapping(job.get("podFailurePolicy"), f"{job_path}.podFailurePolicy")
     for rule_path, rule in check.mappings(
         policy.get("rules"), f"{job_path}.podFailurePolicy.rules"
     ):
         if rule.get("action") == "Ignore":
-            check.refuse(
+            check.refuse_unless(
+                POD_FAILURE_IGNORE,
                 f"{rule_path}.action",
                 f"must not be Ignore: the failure is not counted and the pod is replaced, "
                 f"{_UNMOVED}",
@@ -298,7 +320,8 @@ def _check_job(
                 field == "containers" and container.get("name") == TRAINER_CONTAINER
             )
             skipped = replaced if is_trainer_container else ()
-            _check_container(container_path, container, check, replaced=skipped)
+            restarts = SIDECARS if field == "initContainers" else CONTAINER_RESTART
+            _check_container(container_path, container, check, replaced=skipped, restarts=restarts)
 
 
 def _require_restart_policy_never(value: Any, path: str, check: _Check) -> None:
@@ -332,30 +355,39 @@ def _require_backoff_limit_zero(value: Any, path: str, check: _Check) -> None:
 
 
 def _check_container(
-    path: str, container: Mapping[str, Any], check: _Check, *, replaced: tuple[str, ...]
+    path: str,
+    container: Mapping[str, Any],
+    check: _Check,
+    *,
+    replaced: tuple[str, ...],
+    restarts: str,
 ) -> None:
     # An explicit Never restarts nothing; any other container-level policy (KEP-5307 rules, or
     # Always on an init container) makes the kubelet restart it in place even when the pod says
     # Never. Sidecars (init containers with Always) count as a rank restart: the sidecar is part
     # of the rank's pod, runs without the prologue, and nothing in the spec tells a stateless
     # proxy from one that does the rank's work (loading data, uploading its checkpoints), so the
-    # runtime's owner must vouch for it with allowRankRestart.
+    # runtime's owner must vouch for it (`sidecars`: a log shipper may restart, the trainer
+    # container, never a sidecar, still may not).
     policy = container.get("restartPolicy")
     if policy is not None and policy != "Never":
-        check.refuse(
+        check.refuse_unless(
+            restarts,
             f"{path}.restartPolicy",
             f"must be unset or Never, not {_shown(policy)}: the kubelet restarts the container "
             f"in place, {_UNMOVED}",
         )
     if container.get("restartPolicyRules"):
-        check.refuse(
+        check.refuse_unless(
+            restarts,
             f"{path}.restartPolicyRules",
             f"must be unset: a Restart rule restarts the container in place, {_UNMOVED}",
         )
     for source_path, source in check.mappings(container.get("envFrom"), f"{path}.envFrom"):
         prefix = source.get("prefix") or ""
         if isinstance(prefix, str) and PET_MAX_RESTARTS.startswith(prefix):
-            check.refuse(
+            check.refuse_unless(
+                TORCHRUN,
                 source_path,
                 f"may set {PET_MAX_RESTARTS}, which cannot be checked from the runtime: give it "
                 f"a prefix that does not begin {PET_MAX_RESTARTS}, or list the variables in env",
@@ -368,7 +400,8 @@ def _check_env_and_words(path: str, container: Mapping[str, Any], check: _Check)
     for env_path, var in check.mappings(container.get("env"), f"{path}.env"):
         if var.get("name") == PET_MAX_RESTARTS and not _is_zero(var.get("value")):
             value_path = f"{env_path}.value" if "value" in var else env_path
-            check.refuse(
+            check.refuse_unless(
+                TORCHRUN,
                 value_path,
                 f'{PET_MAX_RESTARTS} must be the literal "0": torchrun restarts the ranks in '
                 f"place, {_UNMOVED}",
@@ -393,7 +426,8 @@ def _check_command(path: str, container: Mapping[str, Any], check: _Check) -> No
                 value = words[index + 1][1]  # the flag's value is the next word
             if not _is_zero(value.strip("'\"")):
                 flag = match.group(1).rstrip().rstrip("=")
-                check.refuse(
+                check.refuse_unless(
+                    TORCHRUN,
                     word_path,
                     f"{flag} must be 0, not {_shown(value)}: torchrun restarts the ranks in "
                     f"place, {_UNMOVED}",
@@ -401,9 +435,7 @@ def _check_command(path: str, container: Mapping[str, Any], check: _Check) -> No
                 break
 
 
-def _check_failure_policy(
-    jobset: Mapping[str, Any], check: _Check, *, allow_rank_restart: bool
-) -> None:
+def _check_failure_policy(jobset: Mapping[str, Any], check: _Check) -> None:
     path = f"{JOBSET_SPEC}.failurePolicy"
     policy = check.mapping(jobset.get("failurePolicy"), path)
     if policy.get("restartStrategy") == "InPlaceRestart":
@@ -413,12 +445,11 @@ def _check_failure_policy(
             f"must not be InPlaceRestart: pods restart in place, {_UNMOVED}, and it cannot work "
             "with backoffLimit: 0; use Recreate or BlockingRecreate",
         )
-    if allow_rank_restart:
-        return
     for rule_path, rule in check.mappings(policy.get("rules"), f"{path}.rules"):
         action = rule.get("action")
         if isinstance(action, str) and action in _JOB_RESTART_ACTIONS:
-            check.refuse(
+            check.refuse_unless(
+                RESTART_JOB,
                 f"{rule_path}.action",
                 f"must not be {action}: only the failed Job is recreated, {_UNMOVED}; "
                 "use RestartJobSet or FailJobSet",

@@ -35,8 +35,10 @@ GENERATION_ANNOTATION: Final = f"{DOMAIN}/generation"
 SUBMISSION_ANNOTATION: Final = f"{DOMAIN}/submission"
 ATTEMPT_ANNOTATION: Final = f"{DOMAIN}/attempt"
 REQUEST_DIGEST_ANNOTATION: Final = f"{DOMAIN}/request-digest"
-# On a (Cluster)TrainingRuntime: its owner allows rank replacement without A or J moving.
+# On a (Cluster)TrainingRuntime: its owner allows rank replacement without A or J moving,
+# by every waivable mechanism ("true"), or by the mechanisms listed in the second.
 ALLOW_RANK_RESTART_ANNOTATION: Final = f"{DOMAIN}/allow-rank-restart"
+ALLOW_RESTARTS_ANNOTATION: Final = f"{DOMAIN}/allow-restarts"
 # Manager of this project's entry in spec.runtimePatches.
 PATCH_MANAGER: Final = f"{DOMAIN}/adapter"
 

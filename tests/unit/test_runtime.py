@@ -12,8 +12,14 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.runtime import Violation, build_refusal, decide_violations, trainer_job_name
-from core.wire import ALLOW_RANK_RESTART_ANNOTATION
+from core.runtime import (
+    MECHANISMS,
+    Violation,
+    build_refusal,
+    decide_violations,
+    trainer_job_name,
+)
+from core.wire import ALLOW_RANK_RESTART_ANNOTATION, ALLOW_RESTARTS_ANNOTATION
 from tests.unit.factories import (
     container_dict,
     mpi_runtime_dict,
@@ -714,3 +720,52 @@ def test_refusal_shows_a_long_value_shortened() -> None:
 )
 def test_trainer_job_name(runtime: dict[str, Any], expected: str | None) -> None:
     assert trainer_job_name(runtime) == expected
+
+
+# --- Opt-ins per mechanism -------------------------------------------------------------------
+
+SIDECAR = "sidecar-restartPolicy-Always"
+MECHANISM_OF: dict[str, str] = {
+    SIDECAR: "sidecars",
+    "container-restartPolicy": "container-restart",
+    "podFailurePolicy-Ignore": "pod-failure-ignore",
+    "failurePolicy-RestartJob": "restart-job",
+    "env-PET_MAX_RESTARTS": "torchrun",
+    "args-abbreviated---max-r=N": "torchrun",
+    "envFrom-without-prefix": "torchrun",
+}
+
+
+def listing(runtime: dict[str, Any], mechanisms: str) -> dict[str, Any]:
+    allowed = copy.deepcopy(runtime)
+    allowed["metadata"]["annotations"] = {ALLOW_RESTARTS_ANNOTATION: mechanisms}
+    return allowed
+
+
+@pytest.mark.parametrize("case", sorted(MECHANISM_OF))
+def test_each_mechanism_is_allowed_alone_and_allows_nothing_else(case: str) -> None:
+    runtime, expected = RANK_RESTART_CASES[case]
+    mechanism = MECHANISM_OF[case]
+    assert f"allowed by {ALLOW_RESTARTS_ANNOTATION}: {mechanism}" in str(
+        decide_violations(runtime)[0]
+    )
+    assert paths(listing(runtime, mechanism)) == []
+    others = ",".join(m for m in MECHANISMS if m != mechanism)
+    assert paths(listing(runtime, others)) == [expected]
+
+
+def test_a_log_shipping_sidecar_is_allowed_without_allowing_torchrun_restarts() -> None:
+    runtime = torch_runtime_with(
+        pod_fields={"initContainers": [container_dict("logs", restartPolicy="Always")]},
+        env=pet_max_restarts(value="3"),
+    )
+    assert paths(listing(runtime, "sidecars")) == [f"{NODE}.env[1].value"]
+
+
+@pytest.mark.parametrize("value", ["sidecar", "sidecars,torch", "", 3])
+def test_an_unknown_mechanism_is_refused(value: Any) -> None:
+    runtime = listing(runtime_dict(), value)
+    if value == "":
+        assert paths(runtime) == []
+    else:
+        assert paths(runtime) == [f"metadata.annotations['{ALLOW_RESTARTS_ANNOTATION}']"]

@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from core import runtime
 from core.identity import IdentityError, parse_counter
+from core.trainjob import runtime_seen
 from core.wire import (
     ADMISSION_ANNOTATION,
     ADMISSION_FLOOR_ANNOTATION,
@@ -32,6 +33,7 @@ from core.wire import (
     PATCH_MANAGER,
     REPLICATED_JOB_NAME_KEY,
     RESTART_ATTEMPT_KEY,
+    RUNTIME_SEEN_ANNOTATION,
     TRAINER_CONTAINER,
 )
 
@@ -47,6 +49,13 @@ _PATCH_JOBS: Final = "trainingRuntimeSpec.template.spec.replicatedJobs"
 _POD_ADMISSION: Final = f"template.spec.template.metadata.annotations['{ADMISSION_ANNOTATION}']"
 
 
+class Unread:
+    """The runtime was not read for this audit: nothing to compare."""
+
+
+UNREAD: Final = Unread()
+
+
 class FindingKind(StrEnum):
     """What a finding is about: a short stable code for results and logs."""
 
@@ -60,6 +69,7 @@ class FindingKind(StrEnum):
     DUPLICATE_POD = "duplicate-pod"  # two pods for one slot under one A, J and JobSet
     STALE_POD = "stale-pod"  # a running job's pod whose A is not the patch's
     JOBSET_SPEC = "jobset-spec"  # the live JobSet holds a setting the runtime rules refuse
+    RUNTIME_CHANGED = "runtime-changed"  # the runtime was edited, replaced or deleted since start
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,10 +139,12 @@ def decide_audit(
     jobset: Mapping[str, Any] | None,
     *,
     pods: Iterable[Mapping[str, Any]],
+    runtime_now: Mapping[str, Any] | Unread | None = UNREAD,
 ) -> tuple[tuple[Finding, ...], Observed]:
     """Return the findings and what was observed, from one pass over `pods`.
 
-    `pods` is iterated once, so pages of a pod list can be streamed through it.
+    `pods` is iterated once, so pages of a pod list can be streamed through it. `runtime_now`
+    is the runtime as read now (None: it is gone), compared with the one start recorded.
     """
     name = _word(_mapping(trainjob.get("metadata")).get("name"))
     recorded_uid = _annotations(trainjob).get(JOBSET_UID_ANNOTATION)
@@ -156,6 +168,8 @@ def decide_audit(
         )
         findings.append(Finding(kind=FindingKind.JOBSET_UID, reason=reason))
         recorded_uid = None
+    if not isinstance(runtime_now, Unread):
+        findings.extend(_check_runtime(trainjob, runtime_now))
     restarts = _Restarts()
     if jobset is not None:
         check_uid(_mapping(jobset.get("metadata")).get("uid"))
@@ -306,6 +320,29 @@ def _check_jobset_spec(jobset: Mapping[str, Any]) -> Iterator[Finding]:
             kind=FindingKind.JOBSET_SPEC,
             reason=f"JobSet {name} {path}: {violation.message}",
         )
+
+
+def _check_runtime(
+    trainjob: Mapping[str, Any], runtime_now: Mapping[str, Any] | None
+) -> Iterator[Finding]:
+    """The runtime start checked, compared with the one there now."""
+    recorded = _annotations(trainjob).get(RUNTIME_SEEN_ANNOTATION)
+    if not isinstance(recorded, str):
+        return  # started before the record existed, or by hand
+    ref = _at(trainjob, "spec", "runtimeRef")
+    what = f"{_word(ref.get('kind'))} {_word(ref.get('name'))}"
+    now = runtime_seen(runtime_now) if runtime_now is not None else None
+    if now == recorded:
+        return
+    told = "is gone" if runtime_now is None else f"is now {now}"
+    yield Finding(
+        kind=FindingKind.RUNTIME_CHANGED,
+        reason=(
+            f"{what} changed since start checked it (UID and generation {recorded}, {told}): "
+            "its restart settings may no longer pass the runtime rules; check them, and the "
+            "JobSet Trainer builds from it"
+        ),
+    )
 
 
 class _Restarts:

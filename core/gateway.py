@@ -231,6 +231,15 @@ class Gateway:
             )
         return as_object(_call(request, what=f"{kind} {name}"))
 
+    def find_runtime(self, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        """GET a (Cluster)TrainingRuntime; None when it is gone."""
+        if kind not in RUNTIME_PLURALS:
+            return None  # not a kind Trainer serves: as good as gone
+        try:
+            return self.read_runtime(kind, name, namespace)
+        except NotFound:
+            return None
+
     def read_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
         """GET the JobSet Trainer made for a TrainJob; None before it exists."""
         try:

@@ -60,8 +60,14 @@ def build_runtime_patch(trainer_job: str, admission: str) -> dict[str, Any]:
     }
 
 
-def build_trainjob(request: StartRequest, *, trainer_job: str) -> dict[str, Any]:
-    """The suspended TrainJob `start` creates, with the identity recorded in annotations."""
+def build_trainjob(
+    request: StartRequest, *, trainer_job: str, runtime: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The suspended TrainJob `start` creates, with the identity recorded in annotations.
+
+    `runtime` as read records its UID and generation (not part of the request's digest: the
+    same request stays the same whatever became of the runtime).
+    """
     identity = request.identity
     trainer: dict[str, Any] = {
         "image": request.image,
@@ -109,7 +115,17 @@ def build_trainjob(request: StartRequest, *, trainer_job: str) -> dict[str, Any]
         },
     }
     annotations[wire.REQUEST_DIGEST_ANNOTATION] = request_digest(trainjob)
+    seen = runtime_seen(runtime) if runtime is not None else None
+    if seen is not None:
+        annotations[wire.RUNTIME_SEEN_ANNOTATION] = seen
     return trainjob
+
+
+def runtime_seen(runtime: Mapping[str, Any]) -> str | None:
+    """A runtime's identity and version as one annotation value; None without them."""
+    meta = runtime.get("metadata") or {}
+    uid, generation = meta.get("uid"), meta.get("generation")
+    return f"{uid} {generation}" if uid and generation is not None else None
 
 
 def request_digest(trainjob: Mapping[str, Any]) -> str:

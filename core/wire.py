@@ -35,6 +35,9 @@ GENERATION_ANNOTATION: Final = f"{DOMAIN}/generation"
 SUBMISSION_ANNOTATION: Final = f"{DOMAIN}/submission"
 ATTEMPT_ANNOTATION: Final = f"{DOMAIN}/attempt"
 REQUEST_DIGEST_ANNOTATION: Final = f"{DOMAIN}/request-digest"
+# On the TrainJob: the runtime as start read it ("<UID> <generation>"), so the audit can tell
+# a runtime edited or replaced since (its restart settings may no longer pass the rules).
+RUNTIME_SEEN_ANNOTATION: Final = f"{DOMAIN}/runtime"
 # On a (Cluster)TrainingRuntime: its owner allows rank replacement without A or J moving,
 # by every waivable mechanism ("true"), or by the mechanisms listed in the second.
 ALLOW_RANK_RESTART_ANNOTATION: Final = f"{DOMAIN}/allow-rank-restart"

@@ -15,8 +15,12 @@ def run(settings: TrainJobSettings) -> output.Result:
     gateway = Gateway.connect(kubeconfig=settings.kubeconfig, context=settings.context)
     job = gateway.read_trainjob(settings.namespace, settings.name)
     jobset = gateway.read_jobset(settings.namespace, settings.name)
+    ref = job.get("spec", {}).get("runtimeRef") or {}
+    runtime = gateway.find_runtime(
+        str(ref.get("kind", "ClusterTrainingRuntime")), str(ref.get("name")), settings.namespace
+    )
     pods = gateway.list_pods(settings.namespace, f"{wire.JOBSET_NAME_KEY}={settings.name}")
-    findings, observed = audit.decide_audit(job, jobset, pods=pods)
+    findings, observed = audit.decide_audit(job, jobset, pods=pods, runtime_now=runtime)
     changes = audit.decide_annotations(job, findings, jobset=jobset, observed=observed)
     version = job["metadata"]["resourceVersion"]
     if changes:

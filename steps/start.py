@@ -71,7 +71,9 @@ def run(settings: StartSettings) -> output.Result:
         request.runtime_kind, request.runtime_name, request.namespace
     )
     _check_queued(request, runtime_object)
-    wanted = trainjob.build_trainjob(request, trainer_job=_trainer_job(request, runtime_object))
+    wanted = trainjob.build_trainjob(
+        request, trainer_job=_trainer_job(request, runtime_object), runtime=runtime_object
+    )
     log = logger.bind(namespace=request.namespace, trainjob=request.trainjob_name)
     created = gateway.create_trainjob(wanted)
     if created is None:

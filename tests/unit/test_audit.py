@@ -601,3 +601,24 @@ def test_the_live_jobset_is_checked_against_the_rules_no_annotation_waives() -> 
     assert findings[0].reason.startswith(
         f"JobSet {NAME} spec.ttlSecondsAfterFinished: must be unset"
     )
+
+
+def test_a_runtime_changed_or_gone_since_start_is_a_finding() -> None:
+    job = trainjob_dict(jobset_uid=UID)
+    job["metadata"]["annotations"]["dispatch.phpboyscout.uk/runtime"] = "rt-uid 1"
+    job["spec"]["runtimeRef"] = {"kind": "ClusterTrainingRuntime", "name": "torch"}
+    same = {"metadata": {"uid": "rt-uid", "generation": 1}}
+    edited = {"metadata": {"uid": "rt-uid", "generation": 2}}
+
+    def found(runtime_now: dict[str, Any] | None) -> list[str]:
+        findings, _ = decide_audit(job, jobset_dict(), pods=iter(()), runtime_now=runtime_now)
+        return reasons(findings)
+
+    assert found(same) == []
+    [changed] = found(edited)
+    assert changed.startswith(
+        "ClusterTrainingRuntime torch changed since start checked it (UID and generation "
+        "rt-uid 1, is now rt-uid 2)"
+    )
+    [gone] = found(None)
+    assert "rt-uid 1, is gone" in gone

@@ -21,6 +21,8 @@ from core.wire import (
     ADMISSION_ANNOTATION,
     ADMISSION_FLOOR_ANNOTATION,
     ALLOW_RANK_RESTART_ANNOTATION,
+    ANCESTOR_LABEL,
+    ANCESTOR_TRAINER,
     COMPLETION_INDEX_KEY,
     FOREIGN,
     FOREIGN_ANNOTATION,
@@ -140,11 +142,13 @@ def decide_audit(
     *,
     pods: Iterable[Mapping[str, Any]],
     runtime_now: Mapping[str, Any] | Unread | None = UNREAD,
+    jobs: Iterable[Mapping[str, Any]] = (),
 ) -> tuple[tuple[Finding, ...], Observed]:
     """Return the findings and what was observed, from one pass over `pods`.
 
     `pods` is iterated once, so pages of a pod list can be streamed through it. `runtime_now`
-    is the runtime as read now (None: it is gone), compared with the one start recorded.
+    is the runtime as read now (None: it is gone), compared with the one start recorded;
+    `jobs` are the JobSet's child Jobs, whose specs can be edited apart from the JobSet's.
     """
     name = _word(_mapping(trainjob.get("metadata")).get("name"))
     recorded_uid = _annotations(trainjob).get(JOBSET_UID_ANNOTATION)
@@ -175,6 +179,8 @@ def decide_audit(
         check_uid(_mapping(jobset.get("metadata")).get("uid"))
         restarts.see(_mapping(jobset.get("status")).get("restarts"))
         findings.extend(_check_jobset_spec(jobset))
+    for job in jobs:
+        findings.extend(_check_child_job(job))
 
     read_floor = _read_counter(
         _annotations(trainjob).get(ADMISSION_FLOOR_ANNOTATION),
@@ -302,19 +308,38 @@ class _Slots:
                 )
 
 
+def _check_child_job(job: Mapping[str, Any]) -> Iterator[Finding]:
+    """The rules no annotation waives, applied to a trainer child Job as it is now."""
+    meta = _mapping(job.get("metadata"))
+    name = _word(meta.get("name"))
+    replicated = {"name": name, "template": {"metadata": meta, "spec": job.get("spec")}}
+    if _mapping(meta.get("labels")).get(ANCESTOR_LABEL) != ANCESTOR_TRAINER:
+        return  # initializers and MPI workers: the rules check the trainer job's
+    for violation in _unwaivable_violations({"replicatedJobs": [replicated]}):
+        path = violation.path.replace(f"{runtime.JOBSET_SPEC}.replicatedJobs[0].template.", "")
+        yield Finding(
+            kind=FindingKind.JOBSET_SPEC, reason=f"Job {name} {path}: {violation.message}"
+        )
+
+
+def _unwaivable_violations(jobset_spec: Any) -> Iterator[runtime.Violation]:
+    """The runtime rules that no opt-in waives, for a JobSet spec as it is now."""
+    as_runtime = {
+        "metadata": {"annotations": {ALLOW_RANK_RESTART_ANNOTATION: "true"}},
+        "spec": {"template": {"spec": jobset_spec}},
+    }
+    for violation in runtime.decide_violations(as_runtime):
+        if violation.path != f"{runtime.JOBSET_SPEC}.replicatedJobs":
+            yield violation  # the trainer label lives in the runtime: the JobSet need not carry it
+
+
 def _check_jobset_spec(jobset: Mapping[str, Any]) -> Iterator[Finding]:
     """The runtime rules no annotation waives, applied to the live JobSet.
 
     The runtime may have been edited after start, or the JobSet by hand.
     """
     name = _word(_mapping(jobset.get("metadata")).get("name"))
-    as_runtime = {
-        "metadata": {"annotations": {ALLOW_RANK_RESTART_ANNOTATION: "true"}},
-        "spec": {"template": {"spec": jobset.get("spec")}},
-    }
-    for violation in runtime.decide_violations(as_runtime):
-        if violation.path == f"{runtime.JOBSET_SPEC}.replicatedJobs":
-            continue  # the trainer label lives in the runtime: the JobSet need not carry it
+    for violation in _unwaivable_violations(jobset.get("spec")):
         path = violation.path.replace(runtime.JOBSET_SPEC, "spec", 1)
         yield Finding(
             kind=FindingKind.JOBSET_SPEC,

@@ -390,6 +390,23 @@ class Gateway:
             return False
         return True
 
+    # Jobs
+
+    def list_jobs(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        """LIST batch/v1 Jobs (a JobSet's child Jobs are few: one request)."""
+        listed = _call(
+            lambda: self._custom.list_namespaced_custom_object(
+                "batch",
+                "v1",
+                namespace,
+                "jobs",
+                label_selector=label_selector,
+                _request_timeout=REQUEST_TIMEOUT,
+            ),
+            what=f"Jobs {namespace} ({label_selector})",
+        )
+        return list(as_object(listed).get("items") or [])
+
     # Pods
 
     def list_pods(self, namespace: str, label_selector: str) -> Iterator[dict[str, Any]]:

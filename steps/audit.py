@@ -19,8 +19,10 @@ def run(settings: TrainJobSettings) -> output.Result:
     runtime = gateway.find_runtime(
         str(ref.get("kind", "ClusterTrainingRuntime")), str(ref.get("name")), settings.namespace
     )
-    pods = gateway.list_pods(settings.namespace, f"{wire.JOBSET_NAME_KEY}={settings.name}")
-    findings, observed = audit.decide_audit(job, jobset, pods=pods, runtime_now=runtime)
+    selector = f"{wire.JOBSET_NAME_KEY}={settings.name}"
+    jobs = gateway.list_jobs(settings.namespace, selector)
+    pods = gateway.list_pods(settings.namespace, selector)
+    findings, observed = audit.decide_audit(job, jobset, pods=pods, runtime_now=runtime, jobs=jobs)
     changes = audit.decide_annotations(job, findings, jobset=jobset, observed=observed)
     version = job["metadata"]["resourceVersion"]
     if changes:

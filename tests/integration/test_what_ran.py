@@ -115,3 +115,20 @@ def test_a_runtime_edited_after_start_is_flagged(
     audited = run_stage(step, "audit", *target)
     assert audited.code == 7
     assert "TrainingRuntime edited changed since start checked it" in audited.error
+
+
+def test_a_child_job_edited_by_hand_is_flagged(
+    step: Step, kubelet: Kubelet, namespace: str, torch_runtime: str, api_client: client.ApiClient
+) -> None:
+    started = step("start", *start_args(namespace, torch_runtime, "edited-job"))
+    assert started.code == 0, started.error
+    name = started.result["name"]
+    target = ["--namespace", namespace, "--name", name]
+    assert run_stage(step, "unsuspend", *target).code == 0
+    kubelet.wait_for_pod(name, restart=0, admission=1)
+    client.BatchV1Api(api_client).patch_namespaced_job(
+        f"{name}-node-0", namespace, {"spec": {"backoffLimit": 2}}
+    )
+    audited = run_stage(step, "audit", *target)
+    assert audited.code == 7
+    assert f"Job {name}-node-0 spec.backoffLimit: must be 0, not 2" in audited.error

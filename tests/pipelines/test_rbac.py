@@ -338,6 +338,7 @@ NEEDED_BY: Final[dict[Rule, Callable[[Without], StepRun]]] = {
     ),
     (K, "workloads/status", "patch"): Without.approve_a_reservation,
     ("", "pods", "list"): lambda w: w.steps.as_identity("audit", *w.steps.admin_start("pods")),
+    ("batch", "jobs", "list"): lambda w: w.steps.as_identity("audit", *w.steps.admin_start("jobs")),
 }
 
 

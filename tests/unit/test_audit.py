@@ -622,3 +622,18 @@ def test_a_runtime_changed_or_gone_since_start_is_a_finding() -> None:
     )
     [gone] = found(None)
     assert "rt-uid 1, is gone" in gone
+
+
+def test_a_trainer_child_job_edited_by_hand_is_a_finding() -> None:
+    def child(name: str, ancestor: str, backoff: int) -> dict[str, Any]:
+        labels = {"trainer.kubeflow.org/trainjob-ancestor-step": ancestor}
+        pod = {"restartPolicy": "Never", "containers": []}
+        spec = {"backoffLimit": backoff, "template": {"spec": pod}}
+        return {"metadata": {"name": name, "labels": labels}, "spec": spec}
+
+    jobs = [child(f"{NAME}-node-0", "trainer", 3), child(f"{NAME}-init-0", "dataset", 6)]
+    findings, _ = decide_audit(trainjob_dict(jobset_uid=UID), jobset_dict(), pods=(), jobs=jobs)
+    assert reasons(findings) == [
+        f"Job {NAME}-node-0 spec.backoffLimit: must be 0, not 3: the Job controller would "
+        "replace a failed pod, moving neither A nor J"
+    ]

@@ -39,6 +39,7 @@ ATTEMPTS: Final = 4
 FIRST_BACKOFF: Final = 0.5  # seconds; doubled after each failed attempt
 REQUEST_TIMEOUT: Final = 30  # seconds per request
 WATCH_GRACE: Final = 15  # seconds past a watch's own timeout before its connection is given up
+POLL_INTERVAL: Final = 1.0  # seconds between reads while a step waits out a passing state
 EVENT_TIMEOUT: Final = 5  # seconds: an Event is best effort and must not hold a step up
 PAGE_SIZE: Final = 200
 TRAINJOBS: Final = "trainjobs"
@@ -258,6 +259,17 @@ class Gateway:
             )
         except NotFound:
             return None
+
+    def poll(
+        self, read: Callable[[], T], done: Callable[[T], bool], *, timeout: float, what: str
+    ) -> T:
+        """Read until `done` holds, every POLL_INTERVAL; Transient once `timeout` has passed."""
+        deadline = time.monotonic() + timeout
+        while not done(value := read()):
+            if time.monotonic() + POLL_INTERVAL > deadline:
+                raise Transient(f"still waiting for {what} after {timeout:g}s")
+            time.sleep(POLL_INTERVAL)
+        return value
 
     # Kueue Workloads
 

@@ -223,6 +223,11 @@ def active_replicated_job(jobset: Mapping[str, Any] | None) -> str | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class Draining(Refusal):
+    """The JobSet still has active Jobs from the last execution: a state to wait out."""
+
+
 def refusal_error(refusal: Refusal) -> DispatchError:
     """The step's outcome for a refusal: 7 for a foreign flag, 6 for every other rule."""
     return Foreign(refusal.reason) if isinstance(refusal, ForeignFlag) else Refused(refusal.reason)
@@ -276,7 +281,7 @@ def decide_raise(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None) 
     if busy is not None:
         # Trainer's webhook refuses any runtimePatches change until this drains
         # (reference/trainer.md, Pitfalls).
-        return Refusal(
+        return Draining(
             f"TrainJob {name}: JobSet replicated job {busy} still has active Jobs; wait until "
             "status.replicatedJobsStatus[].active is 0 for every replicated job, then run again"
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,6 +33,7 @@ def _reservation_among(
 
 def run(settings: AdmitSettings) -> output.Result:
     """Find the reservation, read the TrainJob and JobSet, raise A once, report."""
+    began = time.monotonic()
     gateway = Gateway.connect(kubeconfig=settings.kubeconfig, context=settings.context)
     job = gateway.read_trainjob(settings.namespace, settings.name)
     for refusal in (trainjob.foreign_flag(job), trainjob.multikueue_refusal(job)):
@@ -54,6 +56,17 @@ def run(settings: AdmitSettings) -> output.Result:
             raise Refused(f"nothing to admit: {found.reason}")
     jobset = gateway.read_jobset(settings.namespace, settings.name)
     decision = trainjob.decide_raise(job, jobset)
+    if settings.wait and isinstance(decision, trainjob.Draining):
+        # A new reservation can come before the last execution's Jobs have drained.
+        logger.info(decision.reason)
+        jobset = gateway.poll(
+            lambda: gateway.read_jobset(settings.namespace, settings.name),
+            lambda read: trainjob.active_replicated_job(read) is None,
+            timeout=max(0.0, settings.timeout - (time.monotonic() - began)),
+            what=f"JobSet {settings.name} to drain",
+        )
+        job = gateway.read_trainjob(settings.namespace, settings.name)
+        decision = trainjob.decide_raise(job, jobset)
     if isinstance(decision, trainjob.Refusal):
         raise trainjob.refusal_error(decision)
     written = gateway.update_trainjob(

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from core import wire
 from core.trainjob import (
+    Draining,
     ForeignFlag,
     Raise,
     Refusal,
@@ -85,7 +86,7 @@ def test_active_jobset_is_refused_with_what_to_wait_for() -> None:
     jobset = jobset_dict()
     jobset["status"]["replicatedJobsStatus"] = [{"name": "node", "active": 1}]
     decision = decide_raise(suspended(), jobset)
-    assert isinstance(decision, Refusal)
+    assert isinstance(decision, Draining), "a state admit --wait waits out"
     assert "replicated job node still has active Jobs" in decision.reason
     assert "active is 0" in decision.reason
 

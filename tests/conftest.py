@@ -50,7 +50,9 @@ def control_plane(
     if existing:
         yield Cluster(kubeconfig=Path(existing), plane=None)
         return
-    plane = ControlPlane(tmp_path_factory.mktemp("control-plane"))
+    # With the node: its taint keeps every pod off it but those of runtimes that tolerate it
+    # (tests/node), so the tests that play the kubelet still find their pods unscheduled.
+    plane = ControlPlane(tmp_path_factory.mktemp("control-plane"), node=True)
     plane.start()  # raises with the component logs if anything fails to become ready
     request.config.stash[_PLANE] = plane
     try:

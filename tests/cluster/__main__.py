@@ -31,17 +31,23 @@ def _say(message: str) -> None:
 
 
 def _interrupt(signum: int, _frame: FrameType | None) -> None:
-    """SIGINT and SIGTERM: unwind, stopping every component on the way out."""
+    """SIGINT and SIGTERM: unwind, stopping every component on the way out.
+
+    Further signals are ignored from here on: one that came during the stop would cut short
+    the node's clean-up (its mounts, cgroups and sysctls).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def up(run_dir: Path | None) -> int:
+def up(run_dir: Path | None, *, node: bool = True) -> int:
     """Start the control plane, print the kubeconfig path, keep running until told to stop."""
     directory = run_dir or Path(tempfile.mkdtemp(prefix="dispatch-k8s-control-plane-"))
     # Explicitly for SIGINT too: a shell starts background jobs with SIGINT ignored.
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
-    plane = ControlPlane(directory, progress=_say)
+    plane = ControlPlane(directory, progress=_say, node=node)
     _say(f"starting the control plane in {directory} (logs in {directory / 'logs'})")
     idle = threading.Event()  # never set: waiting on it is an interruptible sleep
     try:
@@ -70,9 +76,14 @@ def main(argv: list[str]) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     start = commands.add_parser("up", help="start the control plane and keep it running")
     start.add_argument("--dir", type=Path, default=None, help="run directory (default: a new one)")
+    start.add_argument(
+        "--no-node",
+        action="store_true",
+        help="without the node (kube-scheduler, containerd, kubelet): pods are never run",
+    )
     args = parser.parse_args(argv)
     if args.command == "up":
-        return up(args.dir)
+        return up(args.dir, node=not args.no_node)
     return 2
 
 

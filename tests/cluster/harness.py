@@ -26,6 +26,7 @@ from typing import Any, Final, TypeVar
 import yaml
 
 from tests.cluster import binaries, certs, controllers, manifests
+from tests.cluster import node as node_module
 from tests.cluster.process import LOOPBACK, Process, free_ports
 from tests.cluster.rest import ApiError, RestClient
 from tests.wait import wait_until
@@ -47,6 +48,8 @@ KCM_CONTROLLERS: Final = (
     "garbage-collector-controller",
     "namespace-controller",
     "pod-garbage-collector-controller",
+    # With the node: lifts its not-ready taint once the kubelet reports Ready.
+    "node-lifecycle-controller",
 )
 CONTROLLER_ORDER: Final = ("kueue", "jobset", "trainer")
 CLUSTER_NAME: Final = "dispatch-test"
@@ -56,6 +59,14 @@ ADMIN_GROUPS: Final = ("system:masters",)
 # --use-service-account-credentials=false its garbage and namespace controllers act as this
 # user, which the JobSet guard (pipelines/policies/guard.yaml) lets delete a JobSet.
 KCM_USER: Final = "system:kube-controller-manager"
+# The node's identities. Tests only: each also in system:masters, rather than the Node
+# authorizer and the bootstrap roles, so the node's RBAC is not what these tests are about.
+NODE_IDENTITIES: Final = {
+    "kubelet": f"system:node:{node_module.NODE_NAME}",
+    "kube-scheduler": "system:kube-scheduler",
+    "apiserver-kubelet-client": "kube-apiserver-kubelet-client",
+}
+NODE_READY_TIMEOUT: Final = 180.0
 WEBHOOK_UNREACHABLE: Final = "failed calling webhook"
 PROBE_NAME: Final = "dispatch-harness-probe"
 
@@ -87,8 +98,10 @@ class ControlPlane:
         binary_paths: Mapping[str, Path] | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         progress: Callable[[str], None] | None = None,
+        node: bool = False,
     ) -> None:
         self.run_dir = run_dir.resolve()
+        self.node = node_module.Node(self.run_dir) if node else None
         self.timeout = timeout
         self._progress = progress
         self._began = 0.0
@@ -137,9 +150,14 @@ class ControlPlane:
         self.started_seconds = time.monotonic() - began
 
     def stop(self) -> None:
-        """Stop every component, newest first: TERM to each process group, KILL after a grace."""
+        """Stop every component, newest first: TERM to each process group, KILL after a grace.
+
+        With a node, also remove what it left: containers, mounts, cgroups, changed sysctls.
+        """
         for process in reversed(list(self._processes.values())):
             process.stop()
+        if self.node is not None:
+            self.node.clean()
 
     def check_running(self) -> None:
         """Raise ComponentExited if any started component has exited."""
@@ -193,6 +211,43 @@ class ControlPlane:
             self._wait(functools.partial(_http_ok, url), what=f"{spec.name} /readyz")
         self._wait_webhooks_answer()
         self._wait(lambda: self._exists("/api/v1/namespaces/default"), what="namespace default")
+        if self.node is not None:
+            self._start_node(self.node, paths)
+
+    def _start_node(self, node: node_module.Node, paths: Mapping[str, Path]) -> None:
+        from tests.images import engine  # the Docker engine makes the node's images
+
+        engine.ensure_engine()
+        engine.ensure_pause_image(node_module.PAUSE_IMAGE, node_module.pause_source())
+        engine.ensure_busybox_image()
+        kubelet, health, scheduler = free_ports(3)
+        ports = node_module.NodePorts(kubelet=kubelet, kubelet_health=health, scheduler=scheduler)
+        kubeconfigs = {}
+        for name in ("kubelet", "kube-scheduler"):
+            kubeconfigs[name] = self.run_dir / f"{name}.kubeconfig"
+            self._write_kubeconfig_for(NODE_IDENTITIES[name], name, kubeconfigs[name])
+        node.save_sysctls()
+        node_module.processes(
+            node,
+            binaries=dict(paths),
+            ports=ports,
+            kubeconfigs=kubeconfigs,
+            client_ca=self._pki / "ca.crt",
+            start=lambda name, argv: self._process(name, argv),
+        )
+        self._wait(lambda: node.socket.exists() or None, what="containerd socket")
+        node.import_images([node_module.PAUSE_IMAGE, engine.BUSYBOX])
+        self._wait(self._node_ready, what=f"node {node_module.NODE_NAME} Ready")
+
+    def _node_ready(self) -> bool | None:
+        try:
+            found = self.rest.get(f"/api/v1/nodes/{node_module.NODE_NAME}")
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+        conditions = found.get("status", {}).get("conditions") or []
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) or None
 
     def _wait(self, check: Callable[[], T | None], *, what: str) -> T:
         """wait_until, but give up at once if a component died."""
@@ -234,6 +289,10 @@ class ControlPlane:
             self._pki / "kcm-client.crt", self._pki / "kcm-client.key"
         )
         certs.service_account_signing_key().write(self._pki / "sa.pub", self._pki / "sa.key")
+        for name, user in NODE_IDENTITIES.items():
+            self._ca.client(user, ADMIN_GROUPS).write(
+                self._pki / f"{name}.crt", self._pki / f"{name}.key"
+            )
 
     def _start_etcd(self, binary: Path, client: int, peer: int) -> None:
         client_url, peer_url = f"http://{LOOPBACK}:{client}", f"http://{LOOPBACK}:{peer}"
@@ -282,6 +341,10 @@ class ControlPlane:
                 # validation refuses (loopback); nothing in-cluster needs it.
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
+                # The kubelet is reached on its Hostname address, localhost: never eth0's.
+                "--kubelet-preferred-address-types=Hostname",
+                f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+                f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
             ],
         )
         self._rest = RestClient(

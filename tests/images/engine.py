@@ -247,6 +247,21 @@ def ensure_no_shell_image() -> None:
         _import(NO_SHELL, _single_binary_tar(static_busybox(), "app", ()))
 
 
+def ensure_pause_image(tag: str, source: Path) -> None:
+    """Make `tag`: the Kubernetes pause program, compiled statically from its C source."""
+    if image_exists(tag):
+        return
+    with tempfile.TemporaryDirectory() as work:
+        binary = Path(work) / "pause"
+        subprocess.run(
+            ["gcc", "-static", "-Os", "-DVERSION=local", "-o", str(binary), str(source)],
+            check=True,
+            capture_output=True,
+        )
+        tarball = _single_binary_tar(binary, "pause", ())
+        _docker("import", "--change", 'ENTRYPOINT ["/pause"]', "-", tag, stdin=tarball)
+
+
 def prepare() -> None:
     """The engine and every base image: what scripts/setup makes ready before the tests."""
     cache_dir().mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ from tests.integration.lifecycle import (
     admit_and_approve,
     run_step,
 )
-from tests.kueue_objects import KueueSetup, condition
+from tests.kueue_objects import KUEUE, KueueSetup, condition
 from tests.proxy import proxied
 from tests.wait import wait_until
 
@@ -133,3 +133,45 @@ def test_a_multikueue_trainjob_is_refused_by_admit(
     assert refused.code == 6
     assert "managed by MultiKueue" in refused.error
     assert "not supported yet" in refused.error
+
+
+def test_a_check_added_to_the_queue_of_an_admitted_job_is_waited_out_not_refused(
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    kueue: KueueSetup,
+    custom: client.CustomObjectsApi,
+) -> None:
+    kueue.install(cpu="1")
+    queue = (*KUEUE, "clusterqueues", f"{namespace}-cq")
+    strategy = {"admissionChecksStrategy": {"admissionChecks": [{"name": kueue.check}]}}
+    custom.patch_cluster_custom_object(*queue, {"spec": {"admissionChecksStrategy": None}})
+    started = start_queued(step, namespace, torch_runtime, kueue, "checked-later")
+    name = started.result["name"]
+    # Admitted with no check: the API server raises A on Kueue's opening (raise-on-open).
+    kubelet.wait_for_pod(name, restart=0, admission=1)
+    custom.patch_cluster_custom_object(*queue, {"spec": strategy})
+
+    def listed() -> bool | None:
+        workload = kueue.workload_of(started.result["uid"])
+        checks = (workload or {}).get("status", {}).get("admissionChecks") or []
+        return any(c["name"] == kueue.check for c in checks) or None
+
+    wait_until(
+        listed, what="Kueue to list the new check on the admitted Workload", timeout=DEADLINE
+    )
+    waited = step(
+        "admit",
+        "--namespace",
+        namespace,
+        "--name",
+        name,
+        "--check",
+        kueue.check,
+        "--wait",
+        "--timeout",
+        "5",
+    )
+    assert waited.code == 75, waited.error
+    assert "admitted before admission check" in waited.error

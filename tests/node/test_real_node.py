@@ -4,17 +4,20 @@ itself printed is read back from its log (pods/log)."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
 import pytest
 from kubernetes import client
 
-from core import wire
+from core import trainjob, wire
 from core.identity import Counts, Identity, attempt_token, epoch
+from core.request import StartRequest
 from tests.images.engine import BUSYBOX
 from tests.integration.lifecycle import as_dict, read_trainjob, run_stage
-from tests.node.conftest import Step
+from tests.node.conftest import TRAINER, Step, node_runtime
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
@@ -165,3 +168,59 @@ def test_a_garbled_a_exits_125_with_the_prologues_line(
     assert state["exitCode"] == 125
     assert state["message"].startswith("dispatch: "), state["message"]
     assert "01" in state["message"]
+
+
+@pytest.fixture
+def restarting_runtime(api_client: client.ApiClient, namespace: str) -> Iterator[str]:
+    """The node runtime with the trainer container restarted in place (start refuses it)."""
+    runtime = node_runtime()
+    runtime["metadata"] = {"name": f"{namespace}-in-place"}
+    trainer = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]
+    trainer["template"]["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
+    trainer["template"]["spec"]["backoffLimit"] = 6  # so the Job outlives the restarts
+    custom = client.CustomObjectsApi(api_client)
+    custom.create_cluster_custom_object(*TRAINER, "clustertrainingruntimes", runtime)
+    yield str(runtime["metadata"]["name"])
+    custom.delete_cluster_custom_object(
+        *TRAINER, "clustertrainingruntimes", runtime["metadata"]["name"]
+    )
+
+
+def test_a_container_restarted_in_place_is_flagged_by_the_audit(
+    step: Step, namespace: str, restarting_runtime: str, api_client: client.ApiClient
+) -> None:
+    refused = step("start", *start_flags(namespace, restarting_runtime))
+    assert refused.code == 6, "start refuses the runtime"
+    request = StartRequest.model_validate(
+        {
+            "job_id": IDENTITY.job_id,
+            "generation": IDENTITY.generation,
+            "submission": IDENTITY.submission,
+            "attempt": IDENTITY.attempt,
+            "image": BUSYBOX,
+            "command": ["/bin/sh", "-c", TRAIN],
+            "runtime_name": restarting_runtime,
+            "namespace": namespace,
+        }
+    )
+    body = trainjob.build_trainjob(request, trainer_job="node")  # around start's checks
+    custom = client.CustomObjectsApi(api_client)
+    custom.create_namespaced_custom_object(*TRAINER, namespace, "trainjobs", body)
+    name = body["metadata"]["name"]
+    target = ["--namespace", namespace, "--name", name]
+    assert run_stage(step, "unsuspend", *target).code == 0
+    core = client.CoreV1Api(api_client)
+
+    def restarted() -> bool | None:  # the first run exits 1: the kubelet restarts it in place
+        for pod in pods(core, namespace, name):
+            for status in pod.get("status", {}).get("containerStatuses") or []:
+                if status.get("name") == wire.TRAINER_CONTAINER and status.get("restartCount"):
+                    return True
+        return None
+
+    wait_until(restarted, what="the kubelet to restart the container in place", timeout=DEADLINE)
+    audited = run_stage(step, "audit", *target)
+    assert audited.code == 7
+    assert re.search(
+        r"container node was restarted in place \d+ times?: each restart", audited.error
+    )

@@ -48,6 +48,7 @@ _IN_PROCESS_RESTARTS: Final = re.compile(
     rf"((?<![\w-]){_MAX_RESTARTS_FLAG}(?:=|\s+|$)|\bPET_MAX_RESTARTS=)(\S*)"
 )
 PET_MAX_RESTARTS: Final = "PET_MAX_RESTARTS"
+_TORCHRUN_PROGRAM: Final = re.compile(r"\btorchrun\b|torch\.distributed\.(?:run|launch)\b")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -393,10 +394,16 @@ def _check_container(
                 f"a prefix that does not begin {PET_MAX_RESTARTS}, or list the variables in env",
             )
     kept = {key: value for key, value in container.items() if key not in replaced}
-    _check_env_and_words(path, kept, check)
+    # An init container runs before the ranks: its --max-restarts is torchrun's only if it
+    # runs torchrun at all (a tool of its own may have a flag of that name).
+    words = [w for f in ("command", "args") for w in kept.get(f) or [] if isinstance(w, str)]
+    runs_torchrun = any(_TORCHRUN_PROGRAM.search(word) for word in words)
+    _check_env_and_words(path, kept, check, flags=restarts != SIDECARS or runs_torchrun)
 
 
-def _check_env_and_words(path: str, container: Mapping[str, Any], check: _Check) -> None:
+def _check_env_and_words(
+    path: str, container: Mapping[str, Any], check: _Check, *, flags: bool = True
+) -> None:
     for env_path, var in check.mappings(container.get("env"), f"{path}.env"):
         if var.get("name") == PET_MAX_RESTARTS and not _is_zero(var.get("value")):
             value_path = f"{env_path}.value" if "value" in var else env_path
@@ -406,7 +413,8 @@ def _check_env_and_words(path: str, container: Mapping[str, Any], check: _Check)
                 f'{PET_MAX_RESTARTS} must be the literal "0": torchrun restarts the ranks in '
                 f"place, {_UNMOVED}",
             )
-    _check_command(path, container, check)
+    if flags:
+        _check_command(path, container, check)
 
 
 def _check_command(path: str, container: Mapping[str, Any], check: _Check) -> None:

@@ -524,6 +524,15 @@ def test_the_trainer_command_never_runs_and_is_not_checked() -> None:
     assert decide_violations(runtime, request) == ()
 
 
+def test_an_init_containers_own_max_restarts_flag_passes_unless_it_runs_torchrun() -> None:
+    own_tool = with_init_container(command=["fetch-data", "--max-restarts=5"])
+    assert decide_violations(own_tool) == ()
+    torchrun = with_init_container(
+        command=["python", "-m", "torch.distributed.run"], args=["--max-r=2"]
+    )
+    assert paths(torchrun) == [f"{INIT}.args[0]"]
+
+
 def test_envfrom_with_another_prefix_passes() -> None:
     runtime = torch_runtime_with(envFrom=[{"prefix": "APP_", "configMapRef": {"name": "c"}}])
     assert decide_violations(runtime) == ()

@@ -11,6 +11,7 @@ kubelet by patching `pods/status`. Use it as a context manager or call start()/s
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import functools
 import os
@@ -18,7 +19,7 @@ import ssl
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, TypeVar
@@ -112,6 +113,7 @@ class ControlPlane:
         self._logs = self.run_dir / "logs"
         self._api_port = 0
         self._rest: RestClient | None = None
+        self._controller_ports: dict[str, controllers.ControllerPorts] = {}
         self.started_seconds: float | None = None  # how long start() took
 
     # --- public surface -----------------------------------------------------------------
@@ -159,6 +161,20 @@ class ControlPlane:
         if self.node is not None:
             self.node.clean()
 
+    @contextlib.contextmanager
+    def stopped(self, controller: str) -> Iterator[None]:
+        """Stop one controller (jobset, kueue, trainer) for the block, then start it again and
+        wait until it and its webhooks answer: a controller outage, for fault tests."""
+        process = self._processes[controller]
+        process.stop()
+        try:
+            yield
+        finally:
+            process.start()
+            url = f"http://{LOOPBACK}:{self._controller_ports[controller].health}/readyz"
+            self._wait(functools.partial(_http_ok, url), what=f"{controller} /readyz again")
+            self._wait_webhooks_answer()
+
     def check_running(self) -> None:
         """Raise ComponentExited if any started component has exited."""
         for name, process in self._processes.items():
@@ -195,7 +211,7 @@ class ControlPlane:
         ports = iter(free_ports(10))
         etcd_client, etcd_peer = next(ports), next(ports)
         self._api_port, kcm_port = next(ports), next(ports)
-        controller_ports = {
+        controller_ports = self._controller_ports = {
             name: controllers.ControllerPorts(webhook=next(ports), health=next(ports))
             for name in CONTROLLER_ORDER
         }

@@ -175,3 +175,70 @@ def test_a_check_added_to_the_queue_of_an_admitted_job_is_waited_out_not_refused
     )
     assert waited.code == 75, waited.error
     assert "admitted before admission check" in waited.error
+
+
+def test_approve_while_kueue_is_down_is_exit_75_and_a_rerun_approves(
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    kueue: KueueSetup,
+    control_plane: Cluster,
+) -> None:
+    if control_plane.plane is None:
+        pytest.skip("stops a controller of the local control plane")
+    kueue.install(cpu="1")
+    started = start_queued(step, namespace, torch_runtime, kueue, "kueue-down")
+    name = started.result["name"]
+    admitted = run_step(
+        "admit",
+        *("--namespace", namespace, "--name", name, "--check", kueue.check),
+        *("--wait", "--timeout", "120"),
+        kubeconfig=control_plane.kubeconfig,
+    )
+    assert admitted.code == 0, admitted.error
+    approve = [
+        *("--namespace", namespace, "--check", kueue.check),
+        *("--workload", admitted.result["workload"]),
+        *("--workload-resource-version", admitted.result["workloadResourceVersion"]),
+        *("--admission", str(admitted.result["admission"])),
+    ]
+    with control_plane.plane.stopped("kueue"):
+        # Kueue's workloads/status webhook fails closed while Kueue is down.
+        down = step("approve", *approve)
+        assert down.code == 75, down.error
+        assert "Traceback" not in down.stderr
+    again = step("approve", *approve)
+    assert again.code == 0, again.error
+    kubelet.wait_for_pod(name, restart=0, admission=1)  # Kueue admits and opens it
+
+
+def test_a_deleted_trainjob_started_again_begins_at_a_0(
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    kueue: KueueSetup,
+    custom: client.CustomObjectsApi,
+) -> None:
+    """What the README tells a dispatcher: nothing outlives a deleted TrainJob, so the same
+    identity started again begins at A = 0, and its epochs and attempts would repeat: send a
+    new submission N (and attempt) instead."""
+    kueue.install(cpu="1")
+    first = start_queued(step, namespace, torch_runtime, kueue, "again")
+    name = first.result["name"]
+    admit_and_approve(step, namespace, name, kueue.check)
+    custom.delete_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name)
+
+    def gone() -> bool | None:
+        try:
+            custom.get_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name)
+        except client.ApiException as e:
+            return True if e.status == 404 else None
+        return None
+
+    wait_until(gone, what=f"TrainJob {name} to be deleted", timeout=DEADLINE)
+    again = start_queued(step, namespace, torch_runtime, kueue, "again")
+    assert (again.result["name"], again.result["outcome"]) == (name, "created")
+    job = custom.get_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name)
+    assert isinstance(job, dict)
+    assert job["metadata"]["annotations"][wire.ADMISSION_FLOOR_ANNOTATION] == "0"

@@ -23,9 +23,9 @@ from typing import Any, Final, Literal
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from core import trainjob, wire
-from core.request import StartRequest
+from core import wire
 from tests.pipelines import kube
+from tests.requests import trainjob_body
 from tests.shipped import PIPELINES, Manifest, documents
 from tests.wait import wait_until
 
@@ -76,19 +76,9 @@ def install(api: client.ApiClient, runtime: str) -> None:
 
 
 def _probe_trainjob(api: client.ApiClient, namespace: str, runtime: str) -> dict[str, Any]:
-    request = StartRequest.model_validate(
-        {
-            "job_id": "policy-probe",
-            "generation": 1,
-            "submission": 1,
-            "attempt": 1,
-            "image": "registry.example/probe:1",
-            "command": ["true"],
-            "runtime_name": runtime,
-            "namespace": namespace,
-        }
+    body = trainjob_body(
+        "policy-probe", runtime=runtime, namespace=namespace, image="registry.example/probe:1"
     )
-    body = trainjob.build_trainjob(request, trainer_job="node")  # the torch runtime's
 
     def created() -> dict[str, Any] | None:
         try:

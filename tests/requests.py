@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
+
+from core import trainjob
+from core.request import StartRequest
 
 
 def request_flags(
@@ -22,3 +26,22 @@ def request_flags(
         flags += ["--args=--lr", "--args=0.1"]
     flags += [f"--{key.replace('_', '-')}={value}" for key, value in (extra or {}).items()]
     return flags
+
+
+def trainjob_body(job_id: str, *, runtime: str, namespace: str, **fields: Any) -> dict[str, Any]:
+    """The TrainJob `start` would build for a sample request (G=1, N=1), made without start's
+    runtime checks: for tests that create a job around them. `fields` override the request."""
+    request = StartRequest.model_validate(
+        {
+            "job_id": job_id,
+            "generation": 1,
+            "submission": 1,
+            "attempt": 1,
+            "image": "registry.example/trainer:1",
+            "command": ["python"],
+            "runtime_name": runtime,
+            "namespace": namespace,
+            **fields,
+        }
+    )
+    return trainjob.build_trainjob(request, trainer_job="node")  # the torch runtime's trainer

@@ -11,8 +11,7 @@ from typing import Final
 import pytest
 from kubernetes import client
 
-from core import trainjob, wire
-from core.request import StartRequest
+from core import wire
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_queued
 from tests.integration.lifecycle import (
@@ -25,6 +24,7 @@ from tests.integration.lifecycle import (
 )
 from tests.kueue_objects import KUEUE, KueueSetup, condition
 from tests.proxy import proxied
+from tests.requests import trainjob_body
 from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -111,21 +111,13 @@ def test_a_multikueue_trainjob_is_refused_by_admit(
     custom: client.CustomObjectsApi,
 ) -> None:
     kueue.install(cpu="1")
-    request = StartRequest.model_validate(
-        {
-            "job_id": "multi",
-            "generation": 1,
-            "submission": 1,
-            "attempt": 1,
-            "image": "registry.example/trainer:1",
-            "command": ["python"],
-            "runtime_name": torch_runtime,
-            "namespace": namespace,
-            "queue": kueue.local_queue,
-            "resources_per_node": {"requests": {"cpu": "1"}},
-        }
+    body = trainjob_body(
+        "multi",
+        runtime=torch_runtime,
+        namespace=namespace,
+        queue=kueue.local_queue,
+        resources_per_node={"requests": {"cpu": "1"}},
     )
-    body = trainjob.build_trainjob(request, trainer_job="node")
     body["spec"]["managedBy"] = wire.MULTIKUEUE_MANAGER  # as Kueue sets it (immutable after)
     custom.create_namespaced_custom_object(*TRAINER, namespace, "trainjobs", body)
     admit = ["--namespace", namespace, "--name", body["metadata"]["name"], "--check", kueue.check]

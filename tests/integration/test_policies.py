@@ -17,8 +17,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from core import trainjob, wire
-from core.request import StartRequest
+from core import wire
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args, start_queued, wait_suspended
 from tests.integration.lifecycle import (
@@ -36,6 +35,7 @@ from tests.integration.lifecycle import (
 from tests.integration.team import team_member
 from tests.kueue_objects import KUEUE, KueueSetup, condition
 from tests.policies import message
+from tests.requests import trainjob_body
 from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -346,19 +346,7 @@ def test_the_jobset_and_the_pods_keep_j_and_a(
 def test_a_managed_trainjob_is_created_suspended(
     namespace: str, torch_runtime: str, member: client.ApiClient
 ) -> None:
-    request = StartRequest.model_validate(
-        {
-            "job_id": "created-open",
-            "generation": 1,
-            "submission": 1,
-            "attempt": 1,
-            "image": "registry.example/trainer:1",
-            "command": ["python"],
-            "runtime_name": torch_runtime,
-            "namespace": namespace,
-        }
-    )
-    body = trainjob.build_trainjob(request, trainer_job="node")
+    body = trainjob_body("created-open", runtime=torch_runtime, namespace=namespace)
     body["spec"]["suspend"] = False
     refused_with(
         "create-suspended",

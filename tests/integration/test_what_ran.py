@@ -10,10 +10,10 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from core import trainjob, wire
-from core.request import StartRequest
+from core import wire
 from tests.integration.conftest import Step, start_args
 from tests.integration.lifecycle import DEADLINE, TRAINER, Kubelet, StepRun, run_stage
+from tests.requests import trainjob_body
 from tests.shipped import TORCH_RUNTIME, documents
 from tests.wait import wait_until
 
@@ -64,19 +64,7 @@ def test_a_jobset_ttl_the_rules_refuse_is_flagged_on_the_live_jobset(
     refused = step("start", *start_args(namespace, runtime_with_ttl, "ttl"))
     assert refused.code == 6
     assert "spec.template.spec.ttlSecondsAfterFinished: must be unset" in refused.error
-    request = StartRequest.model_validate(
-        {
-            "job_id": "ttl",
-            "generation": 1,
-            "submission": 1,
-            "attempt": 1,
-            "image": "registry.example/trainer:1",
-            "command": ["python"],
-            "runtime_name": runtime_with_ttl,
-            "namespace": namespace,
-        }
-    )
-    body = trainjob.build_trainjob(request, trainer_job="node")  # around start's checks
+    body = trainjob_body("ttl", runtime=runtime_with_ttl, namespace=namespace)
     custom.create_namespaced_custom_object(*TRAINER, namespace, "trainjobs", body)
     name = body["metadata"]["name"]
     target = ["--namespace", namespace, "--name", name]

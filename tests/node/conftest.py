@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 from typing import Any, Final
 
 import pytest
@@ -11,8 +10,7 @@ from kubernetes import client
 
 from core import wire
 from tests.cluster.node import TOLERATION
-from tests.conftest import Cluster
-from tests.integration.lifecycle import StepRun, run_step
+from tests.integration.conftest import step
 from tests.shipped import TORCH_RUNTIME, documents
 
 TRAINER: Final = (wire.TRAINER_GROUP, wire.TRAINER_VERSION)
@@ -48,14 +46,4 @@ def real_node_runtime(api_client: client.ApiClient) -> str:
     return NODE_RUNTIME
 
 
-Step = Callable[..., StepRun]
-
-
-@pytest.fixture
-def step(control_plane: Cluster) -> Step:
-    """Run a step against the cluster under test."""
-
-    def run(name: str, *args: str) -> StepRun:
-        return run_step(name, *args, kubeconfig=control_plane.kubeconfig)
-
-    return run
+__all__ = ["step"]  # the integration suite's `step` fixture, shared

@@ -12,12 +12,18 @@ from typing import Any, Final
 import pytest
 from kubernetes import client
 
-from core import trainjob, wire
+from core import wire
 from core.identity import Counts, Identity, attempt_token, epoch
-from core.request import StartRequest
 from tests.images.engine import BUSYBOX
-from tests.integration.lifecycle import as_dict, read_trainjob, run_stage
-from tests.node.conftest import TRAINER, Step, node_runtime
+from tests.integration.conftest import Step
+from tests.integration.lifecycle import (
+    as_dict,
+    read_trainjob,
+    run_stage,
+    wait_for_drained_jobset,
+)
+from tests.node.conftest import TRAINER, node_runtime
+from tests.requests import trainjob_body
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
@@ -105,22 +111,8 @@ def test_open_a_real_failure_and_a_release_print_r_1_2_3(
     assert (second.epoch, second.attempt) == expected(1, 1)
 
     assert run_stage(step, "hold", *target).code == 0
+    wait_for_drained_jobset(api_client, namespace, name)
     custom = client.CustomObjectsApi(api_client)
-
-    def drained() -> bool | None:
-        statuses = (
-            as_dict(
-                custom.get_namespaced_custom_object(
-                    wire.JOBSET_GROUP, wire.JOBSET_VERSION, namespace, "jobsets", name
-                )
-            )
-            .get("status", {})
-            .get("replicatedJobsStatus")
-            or []
-        )
-        return True if statuses and all(not s.get("active") for s in statuses) else None
-
-    wait_until(drained, what=f"JobSet {name} to drain", timeout=DEADLINE)
     released = run_stage(step, "unsuspend", *target)
     assert (released.code, released.result.get("admission")) == (0, 2), released.error
     third = printed(core, namespace, name, restart=1, admission=2)
@@ -191,19 +183,16 @@ def test_a_container_restarted_in_place_is_flagged_by_the_audit(
 ) -> None:
     refused = step("start", *start_flags(namespace, restarting_runtime))
     assert refused.code == 6, "start refuses the runtime"
-    request = StartRequest.model_validate(
-        {
-            "job_id": IDENTITY.job_id,
-            "generation": IDENTITY.generation,
-            "submission": IDENTITY.submission,
-            "attempt": IDENTITY.attempt,
-            "image": BUSYBOX,
-            "command": ["/bin/sh", "-c", TRAIN],
-            "runtime_name": restarting_runtime,
-            "namespace": namespace,
-        }
+    body = trainjob_body(  # around start's checks
+        IDENTITY.job_id,
+        runtime=restarting_runtime,
+        namespace=namespace,
+        generation=IDENTITY.generation,
+        submission=IDENTITY.submission,
+        attempt=IDENTITY.attempt,
+        image=BUSYBOX,
+        command=["/bin/sh", "-c", TRAIN],
     )
-    body = trainjob.build_trainjob(request, trainer_job="node")  # around start's checks
     custom = client.CustomObjectsApi(api_client)
     custom.create_namespaced_custom_object(*TRAINER, namespace, "trainjobs", body)
     name = body["metadata"]["name"]

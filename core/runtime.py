@@ -396,7 +396,8 @@ def _check_container(
     kept = {key: value for key, value in container.items() if key not in replaced}
     # An init container runs before the ranks: its --max-restarts is torchrun's only if it
     # runs torchrun at all (a tool of its own may have a flag of that name).
-    words = [w for f in ("command", "args") for w in kept.get(f) or [] if isinstance(w, str)]
+    listed = [kept.get(f) for f in ("command", "args")]
+    words = [w for words in listed if isinstance(words, list) for w in words if isinstance(w, str)]
     runs_torchrun = any(_TORCHRUN_PROGRAM.search(word) for word in words)
     _check_env_and_words(path, kept, check, flags=restarts != SIDECARS or runs_torchrun)
 

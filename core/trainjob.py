@@ -374,6 +374,14 @@ def multikueue_refusal(trainjob: Mapping[str, Any]) -> Refusal | None:
     )
 
 
+def finished_reason(trainjob: Mapping[str, Any]) -> str | None:
+    """Why the TrainJob will never run again (Trainer's terminal conditions), if it will not."""
+    for condition in trainjob.get("status", {}).get("conditions") or []:
+        if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":
+            return f"TrainJob {trainjob['metadata']['name']} is {condition['type']}"
+    return None
+
+
 def is_kueue_managed(trainjob: Mapping[str, Any]) -> bool:
     """Kueue owns the suspension of a TrainJob that carries its queue label."""
     labels = trainjob.get("metadata", {}).get("labels") or {}

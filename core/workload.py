@@ -42,6 +42,13 @@ class Skip:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The job has finished: no admission of it will ever come to gate."""
+
+    reason: str
+
+
 def _condition(workload: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
     for condition in workload.get("status", {}).get("conditions") or []:
         if condition.get("type") == kind:
@@ -111,7 +118,7 @@ def _admitted_without(workload: Mapping[str, Any], check: str) -> str:
 
 def decide_reservation(
     workload: Mapping[str, Any], *, trainjob: str, check: str
-) -> Reservation | Skip | Refusal:
+) -> Reservation | Skip | Finished | Refusal:
     """Whether A should be raised for this Workload's current reservation."""
     name = workload["metadata"]["name"]
     owner = owner_trainjob(workload)
@@ -121,13 +128,11 @@ def decide_reservation(
         )
     if workload["metadata"].get("deletionTimestamp"):
         return Skip(f"Workload {name} is being deleted: wait for the one Kueue makes next")
+    if _is_true(workload, "Finished"):
+        return Finished(f"Workload {name} is finished")
+    if _is_true(workload, "Evicted"):
+        return Skip(f"Workload {name} is evicted: wait for its next reservation")
     reserved = _condition(workload, "QuotaReserved")
-    for kind, reason in (
-        ("Finished", "is finished"),
-        ("Evicted", "is evicted: wait for its next reservation"),
-    ):
-        if _is_true(workload, kind):
-            return Skip(f"Workload {name} {reason}")
     if reserved is None or reserved.get("status") != "True":
         return Skip(f"Workload {name} has no quota reserved yet")
     state = check_state(workload, check)

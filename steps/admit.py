@@ -16,7 +16,7 @@ from core.settings import AdmitSettings
 
 def _reservation_among(
     workloads: Iterable[dict[str, Any]], settings: AdmitSettings
-) -> workload.Reservation | workload.Skip:
+) -> workload.Reservation | workload.Skip | workload.Finished:
     skipped = workload.Skip(f"no Workload of TrainJob {settings.name} yet")
     for candidate in workloads:
         decision = workload.decide_reservation(
@@ -24,11 +24,17 @@ def _reservation_among(
         )
         if isinstance(decision, trainjob.Refusal):
             raise Refused(decision.reason)
-        if isinstance(decision, workload.Reservation):
+        if isinstance(decision, workload.Reservation | workload.Finished):
             return decision
         logger.bind(reason=decision.reason).debug("not yet")
         skipped = decision
     return skipped
+
+
+def _finished(reason: str) -> output.Result:
+    # Nothing raised: a loop of gates reads `finished` and ends (README: Kueue mode).
+    logger.bind(reason=reason).info("nothing more to gate")
+    return {"finished": True}
 
 
 def run(settings: AdmitSettings) -> output.Result:
@@ -39,10 +45,15 @@ def run(settings: AdmitSettings) -> output.Result:
     for refusal in (trainjob.foreign_flag(job), trainjob.multikueue_refusal(job)):
         if refusal is not None:  # before any wait: no reservation of it is acted on
             raise trainjob.refusal_error(refusal)
+    finished = trainjob.finished_reason(job)
+    if finished is not None:
+        return _finished(finished)
     selector = f"{wire.KUEUE_JOB_UID_LABEL}={job['metadata']['uid']}"
     if settings.wait:
         watched = gateway.watch_workloads(settings.namespace, selector, timeout=settings.timeout)
         found = _reservation_among(watched, settings)
+        if isinstance(found, workload.Finished):
+            return _finished(found.reason)
         if isinstance(found, workload.Skip):
             raise Transient(f"no admission to act on within {settings.timeout:g}s: {found.reason}")
         # Kueue may have written the TrainJob while we waited: decide on a fresh read.
@@ -52,6 +63,8 @@ def run(settings: AdmitSettings) -> output.Result:
         if len(listed) > 1:
             raise Refused(f"TrainJob {settings.name} has {len(listed)} Workloads; expected one")
         found = _reservation_among(listed, settings)
+        if isinstance(found, workload.Finished):
+            return _finished(found.reason)
         if isinstance(found, workload.Skip):
             raise Refused(f"nothing to admit: {found.reason}")
     jobset = gateway.read_jobset(settings.namespace, settings.name)
@@ -85,6 +98,7 @@ def run(settings: AdmitSettings) -> output.Result:
         "workload": found.workload,
         "workloadResourceVersion": found.resource_version,
         "reservedAt": found.reserved_at,
+        "finished": False,
     }
 
 

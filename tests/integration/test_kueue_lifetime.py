@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import time
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import pytest
 from kubernetes import client
@@ -23,6 +23,7 @@ from tests.integration.lifecycle import (
     run_step,
 )
 from tests.kueue_objects import KUEUE, KueueSetup, condition
+from tests.pipelines import render
 from tests.proxy import proxied
 from tests.requests import trainjob_body
 from tests.wait import wait_until
@@ -234,3 +235,130 @@ def test_a_deleted_trainjob_started_again_begins_at_a_0(
     job = custom.get_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name)
     assert isinstance(job, dict)
     assert job["metadata"]["annotations"][wire.ADMISSION_FLOOR_ANNOTATION] == "0"
+
+
+def test_a_workload_kueue_replaces_after_a_runtime_patch_is_gated_afresh(
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    kueue: KueueSetup,
+    custom: client.CustomObjectsApi,
+) -> None:
+    """Another manager's runtime patch changes the pods Kueue reserved quota for: Kueue deletes
+    the Workload and makes a new one (same name, new UID). The approval of the old reservation
+    goes round (3 or 4, never a refusal), and the new one gets its own raise."""
+    kueue.install(cpu="1")
+    started = start_queued(step, namespace, torch_runtime, kueue, "replaced")
+    name, uid = started.result["name"], started.result["uid"]
+    target = ["--namespace", namespace, "--check", kueue.check]
+    admitted = step("admit", *target, "--name", name, "--wait", "--timeout", str(DEADLINE))
+    assert admitted.code == 0, admitted.error
+    first = kueue.workload_of(uid)
+    assert first is not None
+    tolerations = [{"key": "example.com/spot", "operator": "Exists"}]
+    patch = {
+        "manager": "example.com/placement",
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {
+                                "spec": {"template": {"spec": {"tolerations": tolerations}}}
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    # A list body is sent as a JSON patch: append to the patches, keep ours as it is.
+    append = [{"op": "add", "path": "/spec/runtimePatches/-", "value": patch}]
+    custom.patch_namespaced_custom_object(
+        *TRAINER, namespace, "trainjobs", name, append, _content_type="application/json-patch+json"
+    )
+
+    def replaced() -> dict[str, Any] | None:
+        workload = kueue.workload_of(uid)
+        if workload is None or workload["metadata"]["uid"] == first["metadata"]["uid"]:
+            return None
+        return workload
+
+    second = wait_until(replaced, what="Kueue to replace the Workload", timeout=DEADLINE)
+    assert second["metadata"]["name"] == first["metadata"]["name"]
+    stale = step(
+        "approve",
+        *target,
+        *("--workload", admitted.result["workload"]),
+        *("--workload-resource-version", admitted.result["workloadResourceVersion"]),
+        *("--admission", str(admitted.result["admission"])),
+    )
+    assert stale.code in (3, 4), stale.error  # the loops go round on both
+    again = admit_and_approve(step, namespace, name, kueue.check)
+    assert again.code == 0, again.error
+    pod = kubelet.wait_for_pod(name, restart=0, admission=2)
+    assert kubelet.execute(pod).epoch > 0
+    job = custom.get_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name)
+    assert isinstance(job, dict)
+    raised_for = job["metadata"]["annotations"][wire.RAISED_FOR_ANNOTATION]
+    assert raised_for.startswith(f"{second['metadata']['uid']} ")
+
+
+def _gates_script(namespace: str, trainjob: str, check: str, wait_seconds: int) -> str:
+    """The shipped Tekton gates loop, with the values Tekton would put in."""
+    values = {
+        "context.taskRun.namespace": namespace,
+        "params.trainjob": trainjob,
+        "params.check": check,
+        "params.wait-seconds": str(wait_seconds),
+    }
+    task = render.tekton_tasks()["dispatch-kueue-gates"]
+    (gates,) = task["spec"]["steps"]
+    return render.substitute(str(gates["script"]), render.TEKTON_REFERENCE, values.__getitem__)
+
+
+def test_the_tekton_gates_loop_goes_round_until_the_job_has_finished(
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    kueue: KueueSetup,
+    control_plane: Cluster,
+    tmp_path: Path,
+) -> None:
+    """The loop in the step image, run as its pod would (no Tekton controller here): it goes
+    round on admit's 75 (no reservation in wait-seconds), gates an admission, a re-admission
+    after an eviction, and ends with 0 once the TrainJob is Complete."""
+    kueue.install(cpu="1")
+    started = start_queued(step, namespace, torch_runtime, kueue, "gated")
+    name, uid = started.result["name"], started.result["uid"]
+    script = _gates_script(namespace, name, kueue.check, wait_seconds=3)
+    env = {"PATH": f"{BIN}:/usr/bin:/bin", "KUBECONFIG": str(control_plane.kubeconfig)}
+    log = tmp_path / "gates.log"
+
+    def went_round() -> bool | None:
+        return True if '"exit_code": 75' in log.read_text() else None
+
+    with (
+        log.open("w") as sink,
+        subprocess.Popen(
+            ["/bin/sh", "-c", script], env=env, stdout=subprocess.DEVNULL, stderr=sink
+        ) as gates,
+    ):
+        first = kubelet.wait_for_pod(name, restart=0, admission=1)
+        # Admitted: the next admit sees nothing to gate in its 3 s and the loop goes round.
+        wait_until(went_round, what="the loop to go round on 75", timeout=DEADLINE)
+        kueue.set_active(uid, active=False)  # evicted: Kueue suspends it, the pods go
+        wait_until(lambda: not kubelet.pods(name) or None, what="the pods to go", timeout=DEADLINE)
+        kueue.set_active(uid, active=True)
+        second = kubelet.wait_for_pod(name, restart=0, admission=2)
+        assert second["metadata"]["uid"] != first["metadata"]["uid"]
+        assert gates.poll() is None, "the loop waits for the next admission"
+        kubelet.set_phase(second, "Succeeded")  # the job's one pod ends well: Complete
+        gates.wait(timeout=DEADLINE)
+    stderr = log.read_text()
+    assert gates.returncode == 0, stderr
+    assert '"message": "nothing more to gate"' in stderr
+    assert "Traceback" not in stderr

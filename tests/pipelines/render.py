@@ -8,6 +8,7 @@ Kubernetes Jobs need no rendering beyond their Downward API env and ConfigMap fi
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,14 @@ SAMPLES: Final = {
     "step": "admit",
     "exit-code": "6",
 }
+# The shell variables the Tekton gates loop fills from admit's outputs, with sample values.
+SCRIPT_SAMPLES: Final = {
+    "outputs": "/tmp/gate",
+    "workload": SAMPLES["workload"],
+    "version": SAMPLES["workload-resource-version"],
+    "admission": SAMPLES["admission"],
+}
+SHELL_VARIABLE: Final = re.compile(r'"?\$([a-z_]+)"?')
 ARGO_REFERENCE: Final = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
 TEKTON_REFERENCE: Final = re.compile(r"\$\(([^()]+)\)")
 
@@ -85,6 +94,20 @@ def _env(container: Manifest, render: Callable[[str], str]) -> dict[str, str]:
         else:
             raise AssertionError(f"env {variable['name']}: unexpected source {variable}")
     return env
+
+
+def _script_argvs(script: str, render: Callable[[str], str], where: str) -> list[list[str]]:
+    """The step calls in a script: each (backslash-continued) line that runs a dispatch- step."""
+
+    def sample(match: re.Match[str]) -> str:
+        assert match.group(1) in SCRIPT_SAMPLES, f"{where}: no sample for ${match.group(1)}"
+        return SCRIPT_SAMPLES[match.group(1)]
+
+    return [
+        shlex.split(SHELL_VARIABLE.sub(sample, render(line)))
+        for line in script.replace("\\\n", " ").splitlines()
+        if line.strip().startswith("dispatch-")
+    ]
 
 
 def _argv(container: Manifest, render: Callable[[str], str], where: str) -> list[str]:
@@ -190,7 +213,13 @@ def tekton_invocations(task: Manifest) -> list[Invocation]:
         def render(text: str, resolve: Callable[[str], str] = resolve) -> str:
             return substitute(text, TEKTON_REFERENCE, resolve)
 
-        argv, env = _argv(step, render, where), _env(step, render)
+        env = _env(step, render)
+        if "script" in step:
+            for argv in _script_argvs(step["script"], render, where):
+                at = f"{where}, {argv[0]}"
+                found.append(Invocation(where=at, argv=argv, env=env, files=dict(written)))
+            continue
+        argv = _argv(step, render, where)
         found.append(Invocation(where=where, argv=argv, env=env, files=dict(written)))
         if argv[:2] == ["python3", "-c"] and "REQUEST" in env:
             # The write-request step: later steps see the request at the path it writes

@@ -137,6 +137,8 @@ def test_argo_outputs_are_the_result_files_with_empty_defaults() -> None:
 
 def test_tekton_results_are_the_result_files() -> None:
     for name, task in render.tekton_tasks().items():
+        if any("script" in s for s in task["spec"]["steps"]):
+            continue  # the gates loop keeps its steps' outputs to itself, in /tmp
         steps = [s for s in task["spec"]["steps"] if s["command"][0].startswith("dispatch-")]
         assert len(steps) == 1, name
         assert f"--outputs-dir={TEKTON_RESULTS}" in steps[0]["args"], name

@@ -60,7 +60,7 @@ def declared_outputs(script: str) -> dict[str, set[str]]:
     tekton = {
         r["name"]
         for task in render.tekton_tasks().values()
-        if any(step["command"] == [script] for step in task["spec"]["steps"])
+        if any(step.get("command") == [script] for step in task["spec"]["steps"])
         for r in task["spec"]["results"]
     }
     return {"argo": argo, "tekton": tekton}

@@ -132,5 +132,5 @@ def test_tekton_names_are_valid() -> None:
     # Tekton's webhook refuses parameter and result names outside these patterns.
     name = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_-]*$")
     for task in render.tekton_tasks().values():
-        for item in [*task["spec"]["params"], *task["spec"]["results"]]:
+        for item in [*task["spec"]["params"], *task["spec"].get("results", [])]:
             assert name.match(item["name"]), item["name"]

@@ -17,6 +17,7 @@ from core.trainjob import (
     ResourceVersion,
     admission_in_patch,
     decide_raise,
+    finished_reason,
     is_kueue_managed,
     multikueue_refusal,
     refusal_error,
@@ -165,3 +166,26 @@ def test_queue_label_marks_kueue_management() -> None:
     assert not is_kueue_managed(job)
     job["metadata"]["labels"] = {wire.QUEUE_LABEL: "team-a"}
     assert is_kueue_managed(job)
+
+
+@pytest.mark.parametrize(
+    ("conditions", "says"),
+    [
+        ([], None),
+        ([{"type": "Complete", "status": "False"}], None),
+        ([{"type": "Suspended", "status": "True"}], None),
+        ([{"type": "Complete", "status": "True"}], "is Complete"),
+        (
+            [{"type": "Suspended", "status": "False"}, {"type": "Failed", "status": "True"}],
+            "is Failed",
+        ),
+    ],
+    ids=["none", "not-complete", "suspended", "complete", "failed"],
+)
+def test_only_trainers_terminal_conditions_finish_a_job(
+    conditions: list[dict[str, str]], says: str | None
+) -> None:
+    job = trainjob_dict()
+    job["status"] = {"conditions": conditions}
+    reason = finished_reason(job)
+    assert (reason is None) if says is None else (reason is not None and says in reason)

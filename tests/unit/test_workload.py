@@ -9,6 +9,7 @@ import pytest
 from core import wire
 from core.trainjob import ForeignFlag, Refusal, ResourceVersion
 from core.workload import (
+    Finished,
     Reservation,
     Skip,
     build_approval,
@@ -87,6 +88,13 @@ def test_workload_admitted_before_the_check_applied_is_skipped_not_refused() -> 
     assert "admitted before admission check" in decision.reason
 
 
+@pytest.mark.parametrize("evicted", [None, "True"], ids=["finished", "finished-and-evicted"])
+def test_a_finished_workload_ends_the_gating(evicted: str | None) -> None:
+    workload = workload_dict(finished="True", evicted=evicted)
+    decision = decide_reservation(workload, trainjob="train-1", check=CHECK)
+    assert decision == Finished("Workload trainjob-train-1-1a2b3 is finished")
+
+
 def test_another_check_that_would_set_a_is_refused() -> None:
     workload = workload_dict()
     workload["status"]["admissionChecks"][0]["podSetUpdates"] = [
@@ -129,7 +137,6 @@ def test_approval_needs_the_raise_for_this_very_reservation() -> None:
     [
         ({"reserved": "False"}, "no quota reserved"),
         ({"evicted": "True"}, "is evicted"),
-        ({"finished": "True"}, "is finished"),
         ({"state": "Ready"}, "is Ready, not Pending"),
         ({"state": "Retry"}, "is Retry, not Pending"),
         ({"checks": False}, "does not list admission check dispatch-admission yet"),
@@ -138,7 +145,6 @@ def test_approval_needs_the_raise_for_this_very_reservation() -> None:
     ids=[
         "unreserved",
         "evicted-still-reserved",
-        "finished",
         "already-ready",
         "retry",
         "checks-not-synced-yet",

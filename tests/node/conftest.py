@@ -10,7 +10,7 @@ from kubernetes import client
 
 from core import wire
 from tests.cluster.node import TOLERATION
-from tests.integration.conftest import step
+from tests.integration.conftest import custom, kueue, step
 from tests.shipped import TORCH_RUNTIME, documents
 
 TRAINER: Final = (wire.TRAINER_GROUP, wire.TRAINER_VERSION)
@@ -46,4 +46,4 @@ def real_node_runtime(api_client: client.ApiClient) -> str:
     return NODE_RUNTIME
 
 
-__all__ = ["step"]  # the integration suite's `step` fixture, shared
+__all__ = ["custom", "kueue", "step"]  # the integration suite's fixtures, shared

@@ -1,0 +1,90 @@
+"""Executions on the real node: start flags whose training command prints what the execution
+is, and the line each execution's own process printed, read back with pods/log."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kubernetes import client
+
+from core import wire
+from core.identity import Counts, Identity, attempt_token, epoch
+from tests.images.engine import BUSYBOX
+from tests.integration.lifecycle import as_dict
+from tests.wait import wait_until
+
+DEADLINE: Final = 120.0
+IDENTITY: Final = Identity(job_id="on-node", generation=3, submission=7, attempt=1)
+# The training command: print what this execution is, fail the first one (J = 0) after a
+# moment, and otherwise run until told to stop.
+TRAIN: Final = (
+    'printf "%s %s\\n" "$DISPATCH_EPOCH" "$DISPATCH_ATTEMPT"; '
+    'case "$DISPATCH_ATTEMPT" in *.1.0) sleep 3; exit 1;; esac; '
+    'trap "exit 0" TERM; while :; do sleep 1; done'
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Printed:
+    """What one execution's own process printed."""
+
+    pod: str
+    epoch: int
+    attempt: str
+
+
+def start_flags(
+    namespace: str,
+    runtime: str,
+    *extra: str,
+    train: str = TRAIN,
+    job_id: str = IDENTITY.job_id,
+    image: str = BUSYBOX,
+) -> list[str]:
+    """A start request whose training command is `train`, run by /bin/sh."""
+    return [
+        *("--namespace", namespace, "--runtime-name", runtime, "--job-id", job_id),
+        *("--generation", "3", "--submission", "7", "--attempt", "1", "--image", image),
+        *("--command", "/bin/sh", "--command", "-c", "--command", train),
+        *extra,
+    ]
+
+
+def pods(
+    core: client.CoreV1Api, namespace: str, name: str, restart: int | None = None
+) -> list[dict[str, Any]]:
+    selector = f"{wire.JOBSET_NAME_KEY}={name}"
+    if restart is not None:
+        selector += f",{wire.RESTART_ATTEMPT_KEY}={restart}"
+    listed = as_dict(core.list_namespaced_pod(namespace, label_selector=selector))
+    return list(listed["items"])
+
+
+def printed(
+    core: client.CoreV1Api, namespace: str, name: str, *, restart: int, admission: int
+) -> Printed:
+    """The line the training command printed in the pod of attempt `restart` with A."""
+
+    def line() -> Printed | None:
+        for pod in pods(core, namespace, name, restart):
+            annotations = pod["metadata"].get("annotations") or {}
+            if annotations.get(wire.ADMISSION_ANNOTATION) != str(admission):
+                continue
+            try:
+                log = core.read_namespaced_pod_log(pod["metadata"]["name"], namespace)
+            except client.ApiException:
+                return None  # not started yet
+            words = str(log).split()
+            if len(words) >= 2:
+                return Printed(pod["metadata"]["name"], int(words[0]), words[1])
+        return None
+
+    what = f"{name}'s execution A={admission} J={restart} to print"
+    return wait_until(line, what=what, timeout=DEADLINE)
+
+
+def expected(admission: int, restart: int, identity: Identity = IDENTITY) -> tuple[int, str]:
+    """The epoch and attempt the formulas give for A and J."""
+    counts = Counts(admission=admission, restart=restart)
+    return epoch(identity, counts), attempt_token(identity, counts)

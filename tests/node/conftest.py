@@ -10,6 +10,8 @@ from kubernetes import client
 
 from core import wire
 from tests.cluster.node import TOLERATION
+from tests.conftest import Cluster
+from tests.images.conftest import debian_image, docker_engine, step_image
 from tests.integration.conftest import custom, kueue, step
 from tests.shipped import TORCH_RUNTIME, documents
 
@@ -46,4 +48,14 @@ def real_node_runtime(api_client: client.ApiClient) -> str:
     return NODE_RUNTIME
 
 
-__all__ = ["custom", "kueue", "step"]  # the integration suite's fixtures, shared
+@pytest.fixture(scope="session")
+def step_image_on_node(step_image: str, control_plane: Cluster) -> str:
+    """The step image, built as users build it, imported into the node's containerd."""
+    if control_plane.plane is None or control_plane.plane.node is None:
+        pytest.skip("imports an image into the local node's containerd")
+    control_plane.plane.node.import_images([step_image])
+    return step_image
+
+
+# The integration and image suites' fixtures, shared.
+__all__ = ["custom", "debian_image", "docker_engine", "kueue", "step", "step_image"]

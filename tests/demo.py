@@ -1,8 +1,10 @@
-"""The demo (README's main job): both lifecycles on the local control plane, as a table.
+"""The demo (README's main job): both lifecycles on the local cluster, as a table.
 
-`python -m tests.demo` starts the local control plane (tests/cluster), or uses the cluster of
-`--kubeconfig`, then drives a plain-mode and a Kueue-mode TrainJob through the steps, playing
-the kubelet, and prints what each execution saw: R, A, J, DISPATCH_EPOCH, DISPATCH_ATTEMPT.
+`python -m tests.demo` starts the local cluster (the control plane and a real node: kubelet,
+containerd, kube-scheduler), or uses the cluster of `--kubeconfig`, then drives a plain-mode
+and a Kueue-mode TrainJob through the steps. Every execution's own process prints
+DISPATCH_EPOCH and DISPATCH_ATTEMPT; the table shows what it printed, read from its log
+(pods/log), beside its pod's A and J and whether the formulas give the same.
 """
 
 from __future__ import annotations
@@ -18,14 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-import yaml
 from kubernetes import client, config
 
-from core import wire
+from core.identity import Identity
 from tests.cluster.harness import ControlPlane
+from tests.images.engine import BUSYBOX
 from tests.integration.lifecycle import (
-    Execution,
-    Kubelet,
     StepRun,
     admit_and_approve,
     as_dict,
@@ -34,20 +34,49 @@ from tests.integration.lifecycle import (
     wait_for_drained_jobset,
 )
 from tests.kueue_objects import KueueSetup, condition
+from tests.node.executions import (
+    NODE_RUNTIME,
+    TRAIN,
+    TRAINER,
+    Printed,
+    expected,
+    node_runtime,
+    printed,
+    start_flags,
+)
 from tests.wait import wait_until
 
-RUNTIME: Final = Path(__file__).resolve().parents[1] / "pipelines/runtimes/torch-distributed.yaml"
-TRAINER: Final = (wire.TRAINER_GROUP, wire.TRAINER_VERSION)
+SHOW: Final = 'printf "%s %s\\n" "$DISPATCH_EPOCH" "$DISPATCH_ATTEMPT"; '
+RUNS: Final = SHOW + 'trap "exit 0" TERM; while :; do sleep 1; done'  # until evicted
+FINISHES: Final = SHOW + "sleep 2"  # then exits 0: the TrainJob is Complete
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One execution: where it came from, its pod's A and J, and what its process printed."""
+
+    mode: str
+    event: str
+    admission: int
+    restart: int
+    identity: Identity
+    printed: Printed
+
+    @property
+    def as_formulas_say(self) -> bool:
+        wanted = expected(self.admission, self.restart, self.identity)
+        return (self.printed.epoch, self.printed.attempt) == wanted
 
 
 @dataclass(slots=True)
 class Demo:
-    """One cluster, one namespace, the steps and a kubelet; rows of what executions saw."""
+    """One cluster, one namespace, the steps; rows of what the executions printed."""
 
     kubeconfig: Path
     api: client.ApiClient
     namespace: str
-    rows: list[tuple[str, str, Execution]] = field(default_factory=list)
+    image: str
+    rows: list[Row] = field(default_factory=list)
 
     def step(self, name: str, *args: str) -> StepRun:
         """Run a step; a failure stops the demo with the step's own message."""
@@ -56,66 +85,70 @@ class Demo:
             raise SystemExit(f"dispatch-{name} exited {run.code}: {run.error}")
         return run
 
-    def start(self, job_id: str, submission: int, *extra: str) -> str:
-        """dispatch-start with a small request (G=1, attempt 0); the TrainJob's name."""
-        request = {
-            "namespace": self.namespace,
-            "runtime-name": "dispatch-torch-distributed",
-            "job-id": job_id,
-            "generation": "1",
-            "submission": str(submission),
-            "attempt": "0",
-            "image": "registry.example/trainer:1",
-            "command": "python",
-        }
-        flags = [f"--{key}={value}" for key, value in request.items()]
-        return str(self.step("start", *flags, *extra).result["name"])
+    def start(self, identity: Identity, train: str, *extra: str) -> str:
+        """dispatch-start with a training command that prints; the TrainJob's name."""
+        flags = start_flags(
+            self.namespace,
+            NODE_RUNTIME,
+            *extra,
+            train=train,
+            job_id=identity.job_id,
+            image=self.image,
+        )
+        return str(self.step("start", *flags).result["name"])
 
-    def see(self, mode: str, event: str, kubelet: Kubelet, name: str, **wanted: int) -> Execution:
-        """Record the execution that the pod of attempt `restart` with A=`admission` sees."""
-        execution = kubelet.execute(kubelet.wait_for_pod(name, **wanted))
-        self.rows.append((mode, event, execution))
-        return execution
+    def see(self, mode: str, event: str, name: str, identity: Identity, *, a: int, j: int) -> None:
+        """Record what the execution with A = a and J = j printed."""
+        line = printed(client.CoreV1Api(self.api), self.namespace, name, restart=j, admission=a)
+        self.rows.append(Row(mode, event, a, j, identity, line))
 
     def table(self) -> str:
         """The executions, one row each."""
-        header = f"{'mode':<6} {'event':<24} {'R':>3} {'A':>3} {'J':>3}  {'epoch':<16} attempt"
+        header = (
+            f"{'mode':<6} {'event':<20} {'R':>2} {'A':>2} {'J':>2}  "
+            f"{'DISPATCH_EPOCH':<16} {'DISPATCH_ATTEMPT':<24} formulas"
+        )
         lines = [header, "-" * len(header)]
-        for mode, event, e in self.rows:
+        for row in self.rows:
             lines.append(
-                f"{mode:<6} {event:<24} {e.r:>3} {e.admission:>3} {e.restart:>3}  "
-                f"{e.epoch:<16} {e.attempt}"
+                f"{row.mode:<6} {row.event:<20} {row.admission + row.restart:>2} "
+                f"{row.admission:>2} {row.restart:>2}  {row.printed.epoch:<16} "
+                f"{row.printed.attempt:<24} {'agree' if row.as_formulas_say else 'DIFFER'}"
             )
         return "\n".join(lines)
 
 
-def plain_lifecycle(demo: Demo, kubelet: Kubelet) -> None:
-    """Open, a JobSet restart, hold, Release."""
-    name = demo.start("demo-plain", 1)
+def plain_lifecycle(demo: Demo) -> None:
+    """Open; the first container exits 1 and JobSet restarts it; hold; Release; hold."""
+    identity = Identity(job_id="demo-plain", generation=3, submission=7, attempt=1)
+    name = demo.start(identity, TRAIN)
     target = ("--namespace", demo.namespace, "--name", name)
     demo.step("unsuspend", *target)
-    first = kubelet.wait_for_pod(name, restart=0, admission=1)
-    demo.see("plain", "open", kubelet, name, restart=0, admission=1)
-    kubelet.set_phase(first, "Failed")
-    demo.see("plain", "JobSet restart", kubelet, name, restart=1, admission=1)
+    demo.see("plain", "open", name, identity, a=1, j=0)
+    demo.see("plain", "JobSet restart", name, identity, a=1, j=1)
     demo.step("hold", *target)
     wait_for_drained_jobset(demo.api, demo.namespace, name)
     demo.step("unsuspend", *target)
-    demo.see("plain", "release after hold", kubelet, name, restart=1, admission=2)
+    demo.see("plain", "release after hold", name, identity, a=2, j=1)
+    # Held again, so its pod frees the node's host port 29400 (torch) for the Kueue jobs.
+    demo.step("hold", *target)
+    wait_for_drained_jobset(demo.api, demo.namespace, name)
 
 
-def kueue_lifecycle(demo: Demo, kubelet: Kubelet, kueue: KueueSetup) -> None:
-    """Admission, preemption by a higher priority, re-admission."""
+def kueue_lifecycle(demo: Demo, kueue: KueueSetup) -> None:
+    """Admission, preemption by a higher priority, re-admission once the preemptor is done."""
     low, high = f"{demo.namespace}-low", f"{demo.namespace}-high"
     kueue.install(cpu="1", priorities={low: 10, high: 1000})
     queued = [f"--{key.replace('_', '-')}={value}" for key, value in kueue.queued_request().items()]
-    name = demo.start("demo-kueue", 2, "--priority-class", low, *queued)
+    victim = Identity(job_id="demo-kueue", generation=3, submission=7, attempt=1)
+    name = demo.start(victim, RUNS, "--priority-class", low, *queued)
     admit_and_approve(demo.step, demo.namespace, name, kueue.check)
-    demo.see("kueue", "admitted", kubelet, name, restart=0, admission=1)
+    demo.see("kueue", "admitted", name, victim, a=1, j=0)
     custom = client.CustomObjectsApi(demo.api)
-    victim = custom.get_namespaced_custom_object(*TRAINER, demo.namespace, "trainjobs", name)
-    victim_uid = as_dict(victim)["metadata"]["uid"]
-    preemptor = demo.start("demo-urgent", 3, "--priority-class", high, *queued)
+    read = custom.get_namespaced_custom_object(*TRAINER, demo.namespace, "trainjobs", name)
+    victim_uid = as_dict(read)["metadata"]["uid"]
+    urgent = Identity(job_id="demo-urgent", generation=3, submission=7, attempt=1)
+    preemptor = demo.start(urgent, FINISHES, "--priority-class", high, *queued)
 
     def evicted() -> bool | None:
         workload = kueue.workload_of(victim_uid)
@@ -123,20 +156,21 @@ def kueue_lifecycle(demo: Demo, kubelet: Kubelet, kueue: KueueSetup) -> None:
 
     wait_until(evicted, what="Kueue to preempt the first job", timeout=120)
     admit_and_approve(demo.step, demo.namespace, preemptor, kueue.check)
-    demo.see("kueue", "preemptor admitted", kubelet, preemptor, restart=0, admission=1)
-    custom.delete_namespaced_custom_object(*TRAINER, demo.namespace, "trainjobs", preemptor)
+    demo.see("kueue", "preemptor admitted", preemptor, urgent, a=1, j=0)
+    # The preemptor's command ends and its quota frees: the first job is admitted again.
     admit_and_approve(demo.step, demo.namespace, name, kueue.check)
-    demo.see("kueue", "re-admitted", kubelet, name, restart=0, admission=2)
+    demo.see("kueue", "re-admitted", name, victim, a=2, j=0)
 
 
 @contextlib.contextmanager
 def cluster(kubeconfig: Path | None) -> Iterator[Path]:
-    """The given cluster, or a local control plane for the duration of the demo."""
+    """The given cluster, or the local cluster (with its node) for the duration of the demo."""
     if kubeconfig is not None:
         yield kubeconfig
         return
-    with ControlPlane(Path(tempfile.mkdtemp(prefix="dispatch-k8s-demo-"))) as plane:
-        sys.stderr.write(f"control plane ready in {plane.started_seconds:.1f}s\n")
+    run_dir = Path(tempfile.mkdtemp(prefix="dispatch-k8s-demo-"))
+    with ControlPlane(run_dir, node=True) as plane:
+        sys.stderr.write(f"local cluster ready in {plane.started_seconds:.1f}s\n")
         yield plane.kubeconfig
 
 
@@ -144,6 +178,9 @@ def main(argv: list[str]) -> int:
     """Run both lifecycles and print the table of executions."""
     parser = argparse.ArgumentParser(prog="python -m tests.demo")
     parser.add_argument("--kubeconfig", type=Path, default=None)
+    parser.add_argument(
+        "--image", default=BUSYBOX, help="training image with /bin/sh (default: the local node's)"
+    )
     args = parser.parse_args(argv)
     with cluster(args.kubeconfig) as kubeconfig:
         api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
@@ -153,19 +190,18 @@ def main(argv: list[str]) -> int:
             core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
         with contextlib.suppress(client.ApiException):
             client.CustomObjectsApi(api).create_cluster_custom_object(
-                *TRAINER, "clustertrainingruntimes", yaml.safe_load(RUNTIME.read_text())
+                *TRAINER, "clustertrainingruntimes", node_runtime()
             )
-        demo = Demo(kubeconfig=kubeconfig, api=api, namespace=namespace)
-        kubelet = Kubelet(api, namespace)
+        demo = Demo(kubeconfig=kubeconfig, api=api, namespace=namespace, image=args.image)
         kueue = KueueSetup(client.CustomObjectsApi(api), namespace)
         try:
-            plain_lifecycle(demo, kubelet)
-            kueue_lifecycle(demo, kubelet, kueue)
+            plain_lifecycle(demo)
+            kueue_lifecycle(demo, kueue)
         finally:
             sys.stdout.write(demo.table() + "\n")
             kueue.delete()
             core.delete_namespace(namespace)
-    return 0
+    return 0 if all(row.as_formulas_say for row in demo.rows) else 1
 
 
 if __name__ == "__main__":

@@ -235,10 +235,7 @@ class ControlPlane:
 
         engine.ensure_engine()
         engine.ensure_pause_image(node_module.PAUSE_IMAGE, node_module.pause_source())
-        training_images = [engine.BUSYBOX, engine.DEBIAN_BASE, engine.NO_SHELL]
-        engine.ensure_busybox_image()
-        engine.ensure_debian_base()
-        engine.ensure_no_shell_image()
+        engine.ensure_busybox_image()  # the demo's training image; tests import more
         kubelet, health, scheduler = free_ports(3)
         ports = node_module.NodePorts(kubelet=kubelet, kubelet_health=health, scheduler=scheduler)
         kubeconfigs = {}
@@ -255,7 +252,7 @@ class ControlPlane:
             start=lambda name, argv: self._process(name, argv),
         )
         self._wait(lambda: node.socket.exists() or None, what="containerd socket")
-        node.import_images([node_module.PAUSE_IMAGE, *training_images])
+        node.import_images([node_module.PAUSE_IMAGE, engine.BUSYBOX])
         self._wait(self._node_ready, what=f"node {node_module.NODE_NAME} Ready")
 
     def _node_ready(self) -> bool | None:

@@ -3,6 +3,7 @@ is, and the line each execution's own process printed, read back with pods/log."
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -10,11 +11,33 @@ from kubernetes import client
 
 from core import wire
 from core.identity import Counts, Identity, attempt_token, epoch
+from tests.cluster.node import TOLERATION
 from tests.images.engine import BUSYBOX
 from tests.integration.lifecycle import as_dict
+from tests.shipped import TORCH_RUNTIME, documents
 from tests.wait import wait_until
 
+TRAINER: Final = (wire.TRAINER_GROUP, wire.TRAINER_VERSION)
+NODE_RUNTIME: Final = "dispatch-torch-real-node"
+GRACE_SECONDS: Final = 5  # terminationGracePeriodSeconds of the node runtime's pods
 DEADLINE: Final = 120.0
+
+
+def node_runtime() -> dict[str, Any]:
+    """The shipped torch runtime, its pods on the real node: host network (the node has no pod
+    network), the node's toleration, a short grace, and the log tail as termination message."""
+    runtime = copy.deepcopy(documents(TORCH_RUNTIME)[0])
+    runtime["metadata"] = {"name": NODE_RUNTIME}
+    for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+        pod = job["template"]["spec"]["template"]["spec"]
+        pod["hostNetwork"] = True
+        pod["tolerations"] = [TOLERATION]
+        pod["terminationGracePeriodSeconds"] = GRACE_SECONDS
+        for container in pod["containers"]:
+            container["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    return runtime
+
+
 IDENTITY: Final = Identity(job_id="on-node", generation=3, submission=7, attempt=1)
 # The training command: print what this execution is, fail the first one (J = 0) after a
 # moment, and otherwise run until told to stop.

@@ -14,8 +14,15 @@ from kubernetes import client
 from core import wire
 from tests.integration.conftest import Step
 from tests.integration.lifecycle import StepRun, run_stage
-from tests.node.conftest import TRAINER, node_runtime
-from tests.node.executions import DEADLINE, expected, pods, printed, start_flags
+from tests.node.executions import (
+    DEADLINE,
+    TRAINER,
+    expected,
+    node_runtime,
+    pods,
+    printed,
+    start_flags,
+)
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]

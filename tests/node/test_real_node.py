@@ -14,8 +14,17 @@ from core import wire
 from tests.images.engine import BUSYBOX
 from tests.integration.conftest import Step
 from tests.integration.lifecycle import read_trainjob, run_stage, wait_for_drained_jobset
-from tests.node.conftest import TRAINER, node_runtime
-from tests.node.executions import DEADLINE, IDENTITY, TRAIN, expected, pods, printed, start_flags
+from tests.node.executions import (
+    DEADLINE,
+    IDENTITY,
+    TRAIN,
+    TRAINER,
+    expected,
+    node_runtime,
+    pods,
+    printed,
+    start_flags,
+)
 from tests.requests import trainjob_body
 from tests.wait import wait_until
 

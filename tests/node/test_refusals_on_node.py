@@ -10,7 +10,6 @@ import pytest
 from kubernetes import client
 
 from core import wire
-from tests.images.engine import DEBIAN_BASE, NO_SHELL
 from tests.integration.conftest import Step
 from tests.integration.lifecycle import read_trainjob, run_stage
 from tests.node.executions import DEADLINE, pods, start_flags
@@ -72,7 +71,11 @@ def test_a_garbled_a_exits_125_with_the_prologues_line(
 
 
 def test_a_missing_work_dir_exits_125_with_the_prologues_line(
-    step: Step, namespace: str, real_node_runtime: str, api_client: client.ApiClient
+    step: Step,
+    namespace: str,
+    real_node_runtime: str,
+    training_images: dict[str, str],
+    api_client: client.ApiClient,
 ) -> None:
     core = client.CoreV1Api(api_client)
     # Debian's dash runs the prologue here; busybox's sh in the other tests.
@@ -83,7 +86,7 @@ def test_a_missing_work_dir_exits_125_with_the_prologues_line(
         "--workdir",
         "/srv/missing",
         train=PRINTS,
-        image=DEBIAN_BASE,
+        image=training_images["debian"],
     )
     state = terminated(core, namespace, name)
     assert state["exitCode"] == 125
@@ -93,10 +96,16 @@ def test_a_missing_work_dir_exits_125_with_the_prologues_line(
 
 
 def test_an_image_without_a_shell_fails_to_start_with_the_runtimes_error(
-    step: Step, namespace: str, real_node_runtime: str, api_client: client.ApiClient
+    step: Step,
+    namespace: str,
+    real_node_runtime: str,
+    training_images: dict[str, str],
+    api_client: client.ApiClient,
 ) -> None:
     core = client.CoreV1Api(api_client)
-    name = opened(step, namespace, real_node_runtime, train=PRINTS, image=NO_SHELL)
+    name = opened(
+        step, namespace, real_node_runtime, train=PRINTS, image=training_images["no-shell"]
+    )
     state = terminated(core, namespace, name)
     assert state["reason"] == "StartError", state
     assert "/bin/sh" in state["message"], state["message"]

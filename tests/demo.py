@@ -18,7 +18,6 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
 
 from kubernetes import client, config
 
@@ -35,7 +34,9 @@ from tests.integration.lifecycle import (
 )
 from tests.kueue_objects import KueueSetup, condition
 from tests.node.executions import (
+    FINISHES,
     NODE_RUNTIME,
+    RUNS,
     TRAIN,
     TRAINER,
     Printed,
@@ -45,10 +46,6 @@ from tests.node.executions import (
     start_flags,
 )
 from tests.wait import wait_until
-
-SHOW: Final = 'printf "%s %s\\n" "$DISPATCH_EPOCH" "$DISPATCH_ATTEMPT"; '
-RUNS: Final = SHOW + 'trap "exit 0" TERM; while :; do sleep 1; done'  # until evicted
-FINISHES: Final = SHOW + "sleep 2"  # then exits 0: the TrainJob is Complete
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,6 +115,7 @@ class ControlPlane:
         self._rest: RestClient | None = None
         self._controller_ports: dict[str, controllers.ControllerPorts] = {}
         self.started_seconds: float | None = None  # how long start() took
+        self.node_started_seconds: float | None = None  # of which the node, images included
 
     # --- public surface -----------------------------------------------------------------
 
@@ -233,6 +234,7 @@ class ControlPlane:
     def _start_node(self, node: node_module.Node, paths: Mapping[str, Path]) -> None:
         from tests.images import engine  # the Docker engine makes the node's images
 
+        began = time.monotonic()
         engine.ensure_engine()
         engine.ensure_pause_image(node_module.PAUSE_IMAGE, node_module.pause_source())
         engine.ensure_busybox_image()  # the demo's training image; tests import more
@@ -254,6 +256,7 @@ class ControlPlane:
         self._wait(lambda: node.socket.exists() or None, what="containerd socket")
         node.import_images([node_module.PAUSE_IMAGE, engine.BUSYBOX])
         self._wait(self._node_ready, what=f"node {node_module.NODE_NAME} Ready")
+        self.node_started_seconds = time.monotonic() - began
 
     def _node_ready(self) -> bool | None:
         try:

@@ -41,11 +41,13 @@ def node_runtime() -> dict[str, Any]:
 IDENTITY: Final = Identity(job_id="on-node", generation=3, submission=7, attempt=1)
 # The training command: print what this execution is, fail the first one (J = 0) after a
 # moment, and otherwise run until told to stop.
+SHOW: Final = 'printf "%s %s\\n" "$DISPATCH_EPOCH" "$DISPATCH_ATTEMPT"; '
 TRAIN: Final = (
-    'printf "%s %s\\n" "$DISPATCH_EPOCH" "$DISPATCH_ATTEMPT"; '
-    'case "$DISPATCH_ATTEMPT" in *.1.0) sleep 3; exit 1;; esac; '
+    SHOW + 'case "$DISPATCH_ATTEMPT" in *.1.0) sleep 3; exit 1;; esac; '
     'trap "exit 0" TERM; while :; do sleep 1; done'
 )
+RUNS: Final = SHOW + 'trap "exit 0" TERM; while :; do sleep 1; done'  # until told to stop
+FINISHES: Final = SHOW + "sleep 2"  # then exits 0: the TrainJob is Complete
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,13 +12,18 @@ from core.identity import Identity
 from tests.integration.conftest import Step
 from tests.integration.lifecycle import admit_and_approve
 from tests.kueue_objects import KueueSetup, condition
-from tests.node.executions import DEADLINE, IDENTITY, expected, printed, start_flags
+from tests.node.executions import (
+    DEADLINE,
+    FINISHES,
+    IDENTITY,
+    RUNS,
+    expected,
+    printed,
+    start_flags,
+)
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
-SHOW: Final = 'printf "%s %s\\n" "$DISPATCH_EPOCH" "$DISPATCH_ATTEMPT"; '
-RUNS: Final = SHOW + 'trap "exit 0" TERM; while :; do sleep 1; done'  # until evicted
-FINISHES: Final = SHOW + "sleep 2"  # then exits 0: the TrainJob is Complete
 PREEMPTOR: Final = Identity(job_id="preemptor", generation=3, submission=7, attempt=1)
 
 

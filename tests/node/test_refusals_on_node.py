@@ -4,7 +4,7 @@ shell never starts, with the runtime's own error in the pod's status."""
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -12,11 +12,10 @@ from kubernetes import client
 from core import wire
 from tests.integration.conftest import Step
 from tests.integration.lifecycle import read_trainjob, run_stage
-from tests.node.executions import DEADLINE, pods, start_flags
+from tests.node.executions import DEADLINE, SHOW, pods, start_flags
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
-PRINTS: Final = 'printf "%s %s\\n" "$DISPATCH_EPOCH" "$DISPATCH_ATTEMPT"'
 
 
 def terminated(core: client.CoreV1Api, namespace: str, name: str) -> dict[str, Any]:
@@ -85,7 +84,7 @@ def test_a_missing_work_dir_exits_125_with_the_prologues_line(
         real_node_runtime,
         "--workdir",
         "/srv/missing",
-        train=PRINTS,
+        train=SHOW,
         image=training_images["debian"],
     )
     state = terminated(core, namespace, name)
@@ -103,9 +102,7 @@ def test_an_image_without_a_shell_fails_to_start_with_the_runtimes_error(
     api_client: client.ApiClient,
 ) -> None:
     core = client.CoreV1Api(api_client)
-    name = opened(
-        step, namespace, real_node_runtime, train=PRINTS, image=training_images["no-shell"]
-    )
+    name = opened(step, namespace, real_node_runtime, train=SHOW, image=training_images["no-shell"])
     state = terminated(core, namespace, name)
     assert state["reason"] == "StartError", state
     assert "/bin/sh" in state["message"], state["message"]

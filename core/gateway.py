@@ -77,6 +77,8 @@ def error_for(error: ApiException, what: str) -> DispatchError:
         return NotFound(text)
     if status == 409:
         return PreconditionFailed(text)
+    if status == 410:  # a list's continue token expired: listing again from the start helps
+        return Transient(text)
     if status == 422 and "test operation" in message:
         return PreconditionFailed(text)
     if status == 429 or status >= 500:
@@ -88,8 +90,10 @@ def _retryable(error: Exception, *, write: bool) -> bool:
     if isinstance(error, ApiException):
         status = error.status or 0
         return status == 429 or (not write and status >= 500)
-    if isinstance(error, urllib3.exceptions.NewConnectionError):
-        return True  # refused before anything was sent
+    if isinstance(error, urllib3.exceptions.MaxRetryError) and error.reason is not None:
+        error = error.reason  # what urllib3's own retries ended on
+    if isinstance(error, urllib3.exceptions.ConnectTimeoutError):
+        return True  # no connection (refused, or it timed out): nothing was sent
     return not write and isinstance(error, urllib3.exceptions.HTTPError)
 
 

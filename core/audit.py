@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
-from core import runtime
+from core import runtime, shapes
 from core.identity import IdentityError, parse_counter
 from core.trainjob import runtime_seen
 from core.wire import (
@@ -46,7 +46,7 @@ CAUSE_SEPARATOR: Final = "; "
 MAX_EVENTS: Final = 10  # Warning Events per audit: the cause annotation holds the rest
 
 _TRIMMED: Final = " [trimmed]"
-_FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
+_FINISHED_PHASES: Final = ("Succeeded", "Failed")  # compared with ==: any phase may come
 _PATCH_JOBS: Final = "trainingRuntimeSpec.template.spec.replicatedJobs"
 _POD_ADMISSION: Final = f"template.spec.template.metadata.annotations['{ADMISSION_ANNOTATION}']"
 
@@ -150,8 +150,8 @@ def decide_audit(
     is the runtime as read now (None: it is gone), compared with the one start recorded;
     `jobs` are the JobSet's child Jobs, whose specs can be edited apart from the JobSet's.
     """
-    name = _word(_mapping(trainjob.get("metadata")).get("name"))
-    recorded_uid = _annotations(trainjob).get(JOBSET_UID_ANNOTATION)
+    name = _word(shapes.mapping(trainjob.get("metadata")).get("name"))
+    recorded_uid = shapes.annotations_of(trainjob).get(JOBSET_UID_ANNOTATION)
     findings: list[Finding] = []
     seen_uids: set[str] = set()  # one finding per foreign JobSet UID, however many pods carry it
 
@@ -176,14 +176,14 @@ def decide_audit(
         findings.extend(_check_runtime(trainjob, runtime_now))
     restarts = _Restarts()
     if jobset is not None:
-        check_uid(_mapping(jobset.get("metadata")).get("uid"))
-        restarts.see(_mapping(jobset.get("status")).get("restarts"))
+        check_uid(shapes.mapping(jobset.get("metadata")).get("uid"))
+        restarts.see(shapes.mapping(jobset.get("status")).get("restarts"))
         findings.extend(_check_jobset_spec(jobset))
     for job in jobs:
         findings.extend(_check_child_job(job))
 
     read_floor = _read_counter(
-        _annotations(trainjob).get(ADMISSION_FLOOR_ANNOTATION),
+        shapes.annotations_of(trainjob).get(ADMISSION_FLOOR_ANNOTATION),
         name=f"TrainJob {name} annotation {ADMISSION_FLOOR_ANNOTATION}",
         kind=FindingKind.ADMISSION_FLOOR,
     )
@@ -194,36 +194,38 @@ def decide_audit(
         floor = read_floor
 
     admitted_jobs: set[str] = set()
-    patch_values: set[Any] = set()
+    patch_values: set[str] = set()
     for path, replicated_job in _patched_jobs(trainjob, name, findings):
         admitted_jobs.add(_word(replicated_job.get("name")))
-        pod_annotations = _at(replicated_job, "template", "spec", "template", "metadata")
-        value = _mapping(pod_annotations.get("annotations")).get(ADMISSION_ANNOTATION)
-        patch_values.add(value)
+        pod_annotations = shapes.at(replicated_job, "template", "spec", "template", "metadata")
+        value = shapes.mapping(pod_annotations.get("annotations")).get(ADMISSION_ANNOTATION)
+        patch_values.add(value if isinstance(value, str) else repr(value))  # any shape hashes
         where = f"TrainJob {name} {path}.{_POD_ADMISSION}"
         findings.extend(
             _check_admission(value, name=where, floor=floor, kind=FindingKind.RUNTIME_PATCH)
         )
 
-    executions = _Executions(Execution.parse(_annotations(trainjob).get(LAST_EXECUTION_ANNOTATION)))
-    running = _at(trainjob, "spec").get("suspend") is not True
+    executions = _Executions(
+        Execution.parse(shapes.annotations_of(trainjob).get(LAST_EXECUTION_ANNOTATION))
+    )
+    running = shapes.at(trainjob, "spec").get("suspend") is not True
     # The patch A every pod of a running job carries; None when the patch is not one value.
     patch_admission = next(iter(patch_values)) if len(patch_values) == 1 else None
     slots = _Slots()
     for pod in pods:
-        labels = _at(pod, "metadata", "labels")
+        labels = shapes.at(pod, "metadata", "labels")
         restarts.see(labels.get(RESTART_ATTEMPT_KEY))  # finished pods ran executions too
         slots.see(pod)  # every pod: an execution rerun in the same slot may have finished
         if not _is_live(pod):
             continue  # terminating or finished: no execution runs with its values any more
         check_uid(labels.get(JOBSET_UID_KEY))
         replicated_job_name = labels.get(REPLICATED_JOB_NAME_KEY)
-        if replicated_job_name is not None and replicated_job_name not in admitted_jobs:
+        if isinstance(replicated_job_name, str) and replicated_job_name not in admitted_jobs:
             continue  # initializers and MPI workers never carry A: the patch sets it on one job
         # A pod without the label is checked: JobSet stamps it on every pod it creates.
-        pod_name = _word(_mapping(pod.get("metadata")).get("name"))
+        pod_name = _word(shapes.mapping(pod.get("metadata")).get("name"))
         where = f"pod {pod_name} annotation {ADMISSION_ANNOTATION}"
-        value = _annotations(pod).get(ADMISSION_ANNOTATION)
+        value = shapes.annotations_of(pod).get(ADMISSION_ANNOTATION)
         found = list(
             _check_admission(value, name=where, floor=floor, kind=FindingKind.POD_ADMISSION)
         )
@@ -257,8 +259,8 @@ def _below(admission: str, patch_admission: Any) -> bool:
 
 def _check_restarted_in_place(pod: Mapping[str, Any], pod_name: str) -> Iterator[Finding]:
     """The kubelet restarted the trainer container: the execution reran under one identity."""
-    for status in _mapping(pod.get("status")).get("containerStatuses") or []:
-        status = _mapping(status)
+    for status in shapes.mapping(pod.get("status")).get("containerStatuses") or []:
+        status = shapes.mapping(status)
         count = status.get("restartCount")
         if status.get("name") == TRAINER_CONTAINER and isinstance(count, int) and count > 0:
             yield Finding(
@@ -278,7 +280,7 @@ class _Slots:
         self.pods: dict[tuple[str, ...], list[str]] = {}
 
     def see(self, pod: Mapping[str, Any]) -> None:
-        labels = _at(pod, "metadata", "labels")
+        labels = shapes.at(pod, "metadata", "labels")
         if labels.get(COMPLETION_INDEX_KEY) is None:
             return  # not a pod of an indexed Job: no slot to compare
         key = tuple(
@@ -288,11 +290,11 @@ class _Slots:
                 labels.get(REPLICATED_JOB_NAME_KEY),
                 labels.get(JOB_INDEX_KEY),
                 labels.get(COMPLETION_INDEX_KEY),
-                _annotations(pod).get(ADMISSION_ANNOTATION),
+                shapes.annotations_of(pod).get(ADMISSION_ANNOTATION),
                 labels.get(RESTART_ATTEMPT_KEY),
             )
         )
-        self.pods.setdefault(key, []).append(_word(_mapping(pod.get("metadata")).get("name")))
+        self.pods.setdefault(key, []).append(_word(shapes.mapping(pod.get("metadata")).get("name")))
 
     def findings(self) -> Iterator[Finding]:
         for (_, job, job_index, index, admission, restart), names in sorted(self.pods.items()):
@@ -310,10 +312,10 @@ class _Slots:
 
 def _check_child_job(job: Mapping[str, Any]) -> Iterator[Finding]:
     """The rules no annotation waives, applied to a trainer child Job as it is now."""
-    meta = _mapping(job.get("metadata"))
+    meta = shapes.mapping(job.get("metadata"))
     name = _word(meta.get("name"))
     replicated = {"name": name, "template": {"metadata": meta, "spec": job.get("spec")}}
-    if _mapping(meta.get("labels")).get(ANCESTOR_LABEL) != ANCESTOR_TRAINER:
+    if shapes.mapping(meta.get("labels")).get(ANCESTOR_LABEL) != ANCESTOR_TRAINER:
         return  # initializers and MPI workers: the rules check the trainer job's
     for violation in _unwaivable_violations({"replicatedJobs": [replicated]}):
         path = violation.path.replace(f"{runtime.JOBSET_SPEC}.replicatedJobs[0].template.", "")
@@ -338,7 +340,7 @@ def _check_jobset_spec(jobset: Mapping[str, Any]) -> Iterator[Finding]:
 
     The runtime may have been edited after start, or the JobSet by hand.
     """
-    name = _word(_mapping(jobset.get("metadata")).get("name"))
+    name = _word(shapes.mapping(jobset.get("metadata")).get("name"))
     for violation in _unwaivable_violations(jobset.get("spec")):
         path = violation.path.replace(runtime.JOBSET_SPEC, "spec", 1)
         yield Finding(
@@ -351,10 +353,10 @@ def _check_runtime(
     trainjob: Mapping[str, Any], runtime_now: Mapping[str, Any] | None
 ) -> Iterator[Finding]:
     """The runtime start checked, compared with the one there now."""
-    recorded = _annotations(trainjob).get(RUNTIME_SEEN_ANNOTATION)
+    recorded = shapes.annotations_of(trainjob).get(RUNTIME_SEEN_ANNOTATION)
     if not isinstance(recorded, str):
         return  # started before the record existed, or by hand
-    ref = _at(trainjob, "spec", "runtimeRef")
+    ref = shapes.at(trainjob, "spec", "runtimeRef")
     what = f"{_word(ref.get('kind'))} {_word(ref.get('name'))}"
     now = runtime_seen(runtime_now) if runtime_now is not None else None
     if now == recorded:
@@ -395,12 +397,12 @@ class _Executions:
         self.repeated = False
 
     def see(self, pod: Mapping[str, Any], *, admission: int) -> Iterator[Finding]:
-        labels = _at(pod, "metadata", "labels")
+        labels = shapes.at(pod, "metadata", "labels")
         try:
             restart = parse_counter(labels.get(RESTART_ATTEMPT_KEY), name="J")
         except IdentityError:
             return  # the prologue refuses it (exit 125): no execution runs with it
-        meta = _mapping(pod.get("metadata"))
+        meta = shapes.mapping(pod.get("metadata"))
         slot = "/".join(
             _word(labels.get(key))
             for key in (REPLICATED_JOB_NAME_KEY, JOB_INDEX_KEY, COMPLETION_INDEX_KEY)
@@ -453,9 +455,9 @@ def decide_annotations(
     observed: Observed | None = None,
 ) -> dict[str, str] | None:
     """Return the TrainJob annotations the audit's one update sets, or None if none change."""
-    current = _annotations(trainjob)
+    current = shapes.annotations_of(trainjob)
     wanted: dict[str, str] = {}
-    uid = _mapping(jobset.get("metadata")).get("uid") if jobset is not None else None
+    uid = shapes.mapping(jobset.get("metadata")).get("uid") if jobset is not None else None
     uid_found = any(finding.kind is FindingKind.JOBSET_UID for finding in findings)
     if JOBSET_UID_ANNOTATION not in current and isinstance(uid, str) and uid and not uid_found:
         wanted[JOBSET_UID_ANNOTATION] = uid  # first sight: later JobSets are compared with it
@@ -522,21 +524,21 @@ def _patched_jobs(
     trainjob: Mapping[str, Any], name: str, findings: list[Finding]
 ) -> Iterator[tuple[str, Mapping[str, Any]]]:
     """Yield (path, replicated job) of this project's runtime patch; a missing one is a finding."""
-    patches = _at(trainjob, "spec").get("runtimePatches")
+    patches = shapes.at(trainjob, "spec").get("runtimePatches")
     found = False
     for index, patch in enumerate(patches if isinstance(patches, list) else []):
         if not isinstance(patch, Mapping) or patch.get("manager") != PATCH_MANAGER:
             continue
         found = True
         path = f"spec.runtimePatches[{index}].{_PATCH_JOBS}"
-        jobset_spec = _at(patch, "trainingRuntimeSpec", "template", "spec")
+        jobset_spec = shapes.at(patch, "trainingRuntimeSpec", "template", "spec")
         replicated_jobs = jobset_spec.get("replicatedJobs")
         if not isinstance(replicated_jobs, list) or not replicated_jobs:
             reason = f"TrainJob {name} {path} is empty: the patch sets A on no pod"
             findings.append(Finding(kind=FindingKind.RUNTIME_PATCH, reason=reason))
             continue
         for job_index, replicated_job in enumerate(replicated_jobs):
-            yield f"{path}[{job_index}]", _mapping(replicated_job)
+            yield f"{path}[{job_index}]", shapes.mapping(replicated_job)
     if not found:
         reason = (
             f"TrainJob {name} spec.runtimePatches has no entry of manager {PATCH_MANAGER}: "
@@ -572,25 +574,9 @@ def _read_counter(value: Any, *, name: str, kind: FindingKind) -> int | Finding:
 
 def _is_live(pod: Mapping[str, Any]) -> bool:
     """A pod that is neither terminating nor finished: its execution may still be running."""
-    if _mapping(pod.get("metadata")).get("deletionTimestamp"):
+    if shapes.mapping(pod.get("metadata")).get("deletionTimestamp"):
         return False
-    return _mapping(pod.get("status")).get("phase") not in _FINISHED_PHASES
-
-
-def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _at(obj, "metadata", "annotations")
-
-
-def _at(obj: Mapping[str, Any], *keys: str) -> Mapping[str, Any]:
-    """The mapping at `keys` below `obj`; a missing or malformed step reads as empty."""
-    for key in keys:
-        obj = _mapping(obj.get(key))
-    return obj
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    """`value` if it is a mapping; unset or any other shape reads as empty, never a crash."""
-    return value if isinstance(value, Mapping) else {}
+    return shapes.mapping(pod.get("status")).get("phase") not in _FINISHED_PHASES
 
 
 def _word(value: Any) -> str:

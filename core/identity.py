@@ -92,10 +92,12 @@ def largest_epoch(identity: Identity) -> int:
     return identity.epoch_prefix * 10**6 + MAX_R
 
 
-def parse_counter(text: str | None, *, name: str) -> int:
+def parse_counter(text: object, *, name: str) -> int:
     """Read A or J from its string form: a canonical decimal no larger than 999,999."""
     if text is None or text == "":
         raise IdentityError(f"{name} is missing")
+    if not isinstance(text, str):  # only an object someone wrote by hand holds one
+        raise IdentityError(f"{name} {text!r} is not a string")
     if len(text) > COUNTER_DIGITS or not _CANONICAL_DECIMAL.fullmatch(text):
         raise IdentityError(f"{name} {text!r} is not a canonical decimal from 0 to {MAX_R}")
     return int(text)

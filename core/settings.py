@@ -26,7 +26,9 @@ class _OneLineParser(argparse.ArgumentParser):
     """An argparse parser whose errors are one line and exit 2 through BadInput."""
 
     def error(self, message: str) -> NoReturn:
-        raise BadInput(f"{self.prog}: {message} (see --help)")
+        # The message quotes the argument, which may hold a line break of its own.
+        one_line = " ".join(message.split())
+        raise BadInput(f"{self.prog}: {one_line} (see --help)")
 
 
 class StepSettings(BaseSettings):
@@ -143,6 +145,9 @@ class StartSettings(StepSettings):
         fields: dict[str, Any] = dict(runtime_defaults or {})
         if self.request_file is not None:
             document = read_document(self.request_file, what="request file")
+            keys = [key for key in document if not isinstance(key, str)]
+            if keys:  # YAML allows any key: 1, null, true
+                raise BadInput(f"request file {self.request_file}: key {keys[0]!r} is not a name")
             fields.update({snake_case(key): value for key, value in document.items()})
         given = self.model_fields_set & set(StartRequest.model_fields)
         fields.update({key: getattr(self, key) for key in given})

@@ -7,9 +7,9 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, NewType
+from typing import Any, Final, NewType, cast
 
-from core import wire
+from core import shapes, wire
 from core.errors import DispatchError, Foreign, Refused
 from core.identity import IdentityError, next_admission, parse_counter
 from core.prologue import wrap_command
@@ -136,7 +136,7 @@ def request_digest(trainjob: Mapping[str, Any]) -> str:
 
 def recorded_identity(trainjob: Mapping[str, Any]) -> dict[str, str | None]:
     """The identity annotations of a TrainJob, None where one is absent."""
-    annotations = trainjob.get("metadata", {}).get("annotations") or {}
+    annotations = shapes.annotations_of(trainjob)
     return {key: annotations.get(key) for key in IDENTITY_ANNOTATIONS}
 
 
@@ -171,17 +171,17 @@ class Raise:
 
 
 def _patch_entry(trainjob: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    for entry in trainjob.get("spec", {}).get("runtimePatches") or []:
-        if isinstance(entry, Mapping) and entry.get("manager") == wire.PATCH_MANAGER:
+    for entry in shapes.mappings(shapes.at(trainjob, "spec").get("runtimePatches")):
+        if entry.get("manager") == wire.PATCH_MANAGER:
             return entry
     return None
 
 
-def _patched_pod_templates(entry: Mapping[str, Any]) -> list[Any]:
-    spec = entry.get("trainingRuntimeSpec", {}).get("template", {}).get("spec", {})
+def _patched_pod_templates(entry: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    spec = shapes.at(entry, "trainingRuntimeSpec", "template", "spec")
     return [
-        job.get("template", {}).get("spec", {}).get("template", {})
-        for job in spec.get("replicatedJobs") or []
+        shapes.at(job, "template", "spec", "template")
+        for job in shapes.mappings(spec.get("replicatedJobs"))
     ]
 
 
@@ -191,7 +191,7 @@ def admission_in_patch(trainjob: Mapping[str, Any]) -> int | Refusal:
     if entry is None:
         return Refusal(f"spec.runtimePatches has no entry of manager {wire.PATCH_MANAGER}")
     values = [
-        (pod.get("metadata", {}).get("annotations") or {}).get(wire.ADMISSION_ANNOTATION)
+        shapes.annotations_of(pod).get(wire.ADMISSION_ANNOTATION)
         for pod in _patched_pod_templates(entry)
     ]
     if not values:
@@ -205,7 +205,7 @@ def admission_in_patch(trainjob: Mapping[str, Any]) -> int | Refusal:
 
 def admission_floor(trainjob: Mapping[str, Any]) -> int | Refusal:
     """The floor annotation: the highest A ever written."""
-    annotations = trainjob.get("metadata", {}).get("annotations") or {}
+    annotations = shapes.annotations_of(trainjob)
     try:
         return parse_counter(
             annotations.get(wire.ADMISSION_FLOOR_ANNOTATION),
@@ -217,8 +217,10 @@ def admission_floor(trainjob: Mapping[str, Any]) -> int | Refusal:
 
 def active_replicated_job(jobset: Mapping[str, Any] | None) -> str | None:
     """The first replicated job of the JobSet that still has active Jobs, if any."""
-    for status in (jobset or {}).get("status", {}).get("replicatedJobsStatus") or []:
-        if (status.get("active") or 0) > 0:
+    for status in shapes.mappings(shapes.at(jobset, "status").get("replicatedJobsStatus")):
+        active = status.get("active")
+        # Anything but a count of none is taken as active: a malformed status is waited out.
+        if active not in (None, 0) or isinstance(active, bool):
             return str(status.get("name"))
     return None
 
@@ -235,7 +237,7 @@ def refusal_error(refusal: Refusal) -> DispatchError:
 
 def foreign_flag(trainjob: Mapping[str, Any]) -> ForeignFlag | None:
     """The audit's foreign flag on a TrainJob, told with its cause and how a person clears it."""
-    annotations = trainjob.get("metadata", {}).get("annotations") or {}
+    annotations = shapes.annotations_of(trainjob)
     if annotations.get(wire.FOREIGN_ANNOTATION) != wire.FOREIGN:
         return None
     name = trainjob["metadata"]["name"]
@@ -249,7 +251,7 @@ def foreign_flag(trainjob: Mapping[str, Any]) -> ForeignFlag | None:
 
 def restart_count(jobset: Mapping[str, Any] | None) -> int | Refusal:
     """J of the JobSet (status.restarts); 0 before it exists, as a new JobSet starts."""
-    value = (jobset or {}).get("status", {}).get("restarts", 0)
+    value = shapes.at(jobset, "status").get("restarts", 0)
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         return Refusal(f"JobSet status.restarts {value!r} is not a count")
     return value
@@ -257,7 +259,7 @@ def restart_count(jobset: Mapping[str, Any] | None) -> int | Refusal:
 
 def highest_restart(trainjob: Mapping[str, Any]) -> int | Refusal:
     """The highest J recorded on the TrainJob; 0 before anything was recorded."""
-    annotations = trainjob.get("metadata", {}).get("annotations") or {}
+    annotations = shapes.annotations_of(trainjob)
     value = annotations.get(wire.HIGHEST_RESTART_ANNOTATION)
     if value is None:
         return 0
@@ -273,7 +275,7 @@ def decide_raise(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None) 
     flag = foreign_flag(trainjob)
     if flag is not None:
         return flag
-    if trainjob.get("spec", {}).get("suspend") is not True:
+    if shapes.at(trainjob, "spec").get("suspend") is not True:
         return Refusal(
             f"TrainJob {name}: spec.suspend is not true: A may change only while suspended"
         )
@@ -318,7 +320,7 @@ def jobset_uid_to_record(
     trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None
 ) -> str | None:
     """The JobSet UID to record now: only on first sight; a different one is for audit."""
-    annotations = trainjob.get("metadata", {}).get("annotations") or {}
+    annotations = shapes.annotations_of(trainjob)
     if jobset is None or annotations.get(wire.JOBSET_UID_ANNOTATION):
         return None
     return str(jobset["metadata"]["uid"])
@@ -344,7 +346,9 @@ def with_admission(
     value = str(decision.admission)
     for entry in raised["spec"]["runtimePatches"]:
         if entry.get("manager") == wire.PATCH_MANAGER:
-            for pod in _patched_pod_templates(entry):
+            for template in _patched_pod_templates(entry):
+                # The raise was decided on A read from each of these: they are the copy's dicts.
+                pod = cast(dict[str, Any], template)
                 metadata = pod.setdefault("metadata", {})
                 metadata.setdefault("annotations", {})[wire.ADMISSION_ANNOTATION] = value
     annotations = raised["metadata"].setdefault("annotations", {})
@@ -364,7 +368,7 @@ def with_admission(
 
 def multikueue_refusal(trainjob: Mapping[str, Any]) -> Refusal | None:
     """MultiKueue runs the job on a worker cluster, where A and J cannot be kept."""
-    if trainjob.get("spec", {}).get("managedBy") != wire.MULTIKUEUE_MANAGER:
+    if shapes.at(trainjob, "spec").get("managedBy") != wire.MULTIKUEUE_MANAGER:
         return None
     return Refusal(
         f"TrainJob {trainjob['metadata']['name']} is managed by MultiKueue "
@@ -376,7 +380,7 @@ def multikueue_refusal(trainjob: Mapping[str, Any]) -> Refusal | None:
 
 def finished_reason(trainjob: Mapping[str, Any]) -> str | None:
     """Why the TrainJob will never run again (Trainer's terminal conditions), if it will not."""
-    for condition in trainjob.get("status", {}).get("conditions") or []:
+    for condition in shapes.mappings(shapes.at(trainjob, "status").get("conditions")):
         if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":
             return f"TrainJob {trainjob['metadata']['name']} is {condition['type']}"
     return None
@@ -384,5 +388,5 @@ def finished_reason(trainjob: Mapping[str, Any]) -> str | None:
 
 def is_kueue_managed(trainjob: Mapping[str, Any]) -> bool:
     """Kueue owns the suspension of a TrainJob that carries its queue label."""
-    labels = trainjob.get("metadata", {}).get("labels") or {}
+    labels = shapes.labels_of(trainjob)
     return bool(labels.get(wire.QUEUE_LABEL))

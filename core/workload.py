@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from core import wire
+from core import shapes, wire
 from core.trainjob import Refusal, ResourceVersion, foreign_flag
 
 TRAINJOB_KIND: Final = "TrainJob"
@@ -50,9 +50,9 @@ class Finished:
 
 
 def _condition(workload: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
-    for condition in workload.get("status", {}).get("conditions") or []:
+    for condition in shapes.mappings(shapes.at(workload, "status").get("conditions")):
         if condition.get("type") == kind:
-            return condition  # type: ignore[no-any-return]
+            return condition
     return None
 
 
@@ -61,9 +61,13 @@ def _is_true(workload: Mapping[str, Any], kind: str) -> bool:
     return condition is not None and condition.get("status") == "True"
 
 
+def _check_states(workload: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return shapes.mappings(shapes.at(workload, "status").get("admissionChecks"))
+
+
 def check_state(workload: Mapping[str, Any], check: str) -> str | None:
     """The state of admission check `check` on the Workload, None if it does not list it."""
-    for state in workload.get("status", {}).get("admissionChecks") or []:
+    for state in _check_states(workload):
         if state.get("name") == check:
             return str(state.get("state"))
     return None
@@ -71,7 +75,7 @@ def check_state(workload: Mapping[str, Any], check: str) -> str | None:
 
 def owner_trainjob(workload: Mapping[str, Any]) -> str | None:
     """The name of the TrainJob that controls this Workload, if a TrainJob does."""
-    for owner in workload.get("metadata", {}).get("ownerReferences") or []:
+    for owner in shapes.mappings(shapes.at(workload, "metadata").get("ownerReferences")):
         if (
             owner.get("controller")
             and owner.get("kind") == TRAINJOB_KIND
@@ -83,12 +87,12 @@ def owner_trainjob(workload: Mapping[str, Any]) -> str | None:
 
 def assigned_flavors(workload: Mapping[str, Any]) -> list[str]:
     """The flavors Kueue assigned to the Workload's pod sets, sorted, each once."""
-    assignments = workload.get("status", {}).get("admission", {}).get("podSetAssignments") or []
+    assignments = shapes.at(workload, "status", "admission").get("podSetAssignments")
     return sorted(
         {
             str(flavor)
-            for pod_set in assignments
-            for flavor in (pod_set.get("flavors") or {}).values()
+            for pod_set in shapes.mappings(assignments)
+            for flavor in shapes.mapping(pod_set.get("flavors")).values()
         }
     )
 
@@ -99,7 +103,7 @@ def _admitted_without(workload: Mapping[str, Any], check: str) -> str:
     Kueue v0.19 applies to an admission the checks whose flavors meet the flavors assigned.
     """
     name = workload["metadata"]["name"]
-    queue = workload.get("status", {}).get("admission", {}).get("clusterQueue") or "its queue"
+    queue = shapes.at(workload, "status", "admission").get("clusterQueue") or "its queue"
     flavors = assigned_flavors(workload)
     if not flavors:
         return (
@@ -174,11 +178,11 @@ def reservation_record(workload: Mapping[str, Any]) -> str:
 def _checks_setting_admission(workload: Mapping[str, Any], check: str) -> list[str]:
     """Other admission checks whose podSetUpdates would set A on the pods."""
     found = []
-    for state in workload.get("status", {}).get("admissionChecks") or []:
+    for state in _check_states(workload):
         if state.get("name") == check:
             continue
-        for update in state.get("podSetUpdates") or []:
-            if wire.ADMISSION_ANNOTATION in (update.get("annotations") or {}):
+        for update in shapes.mappings(state.get("podSetUpdates")):
+            if wire.ADMISSION_ANNOTATION in shapes.mapping(update.get("annotations")):
                 found.append(str(state.get("name")))
                 break
     return found
@@ -196,7 +200,7 @@ def decide_approval(
     flag = foreign_flag(trainjob)
     if flag is not None:
         return flag
-    annotations = trainjob["metadata"].get("annotations") or {}
+    annotations = shapes.annotations_of(trainjob)
     recorded = annotations.get(wire.RAISED_FOR_ANNOTATION)
     wanted = reservation_record(workload)
     if recorded != wanted:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Final
 
 import pytest
+from hypothesis import settings
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -27,6 +28,11 @@ from tests import policies
 from tests.cluster import binaries
 from tests.cluster.harness import ControlPlane
 from tests.shipped import install_runtime
+
+# No per-example deadline: tests assert behaviour, not speed (benchmarks measure that), and a
+# deadline trips at random on two busy cores.
+settings.register_profile("dispatch", deadline=None)
+settings.load_profile("dispatch")
 
 EXISTING_CLUSTER_ENV: Final = "DISPATCH_TEST_KUBECONFIG"
 _PLANE: Final = pytest.StashKey[ControlPlane]()

@@ -27,6 +27,7 @@ from tests.unit.factories import (
     runtime_dict,
     torch_runtime_with,
 )
+from tests.unit.fuzz import JSON_VALUES, leaf_paths, with_value
 
 RUNTIMES_DIR = Path(__file__).resolve().parents[2] / "pipelines" / "runtimes"
 SHIPPED = sorted(RUNTIMES_DIR.glob("*.yaml"))
@@ -589,15 +590,6 @@ def test_empty_allow_annotation_allows_nothing() -> None:
 # --- Malformed shapes are violations, never crashes ------------------------------------------
 
 
-def with_value(runtime: dict[str, Any], keys: list[str | int], value: Any) -> dict[str, Any]:
-    changed = copy.deepcopy(runtime)
-    parent: Any = changed
-    for key in keys[:-1]:
-        parent = parent[key]
-    parent[keys[-1]] = value
-    return changed
-
-
 def keys_of(path: str) -> list[str | int]:
     """`a.b[0].c` -> ["a", "b", 0, "c"]: the same field paths the violations name."""
     return [int(index) if index else key for key, index in re.findall(r"(\w+)|\[(\d+)\]", path)]
@@ -634,26 +626,6 @@ def test_malformed_shape_is_refused_at_its_path(where: str, value: Any, expected
     assert expected in paths(with_value(runtime_dict(), keys_of(where), value))
 
 
-def leaf_paths(value: Any, prefix: tuple[str | int, ...] = ()) -> list[list[str | int]]:
-    if isinstance(value, dict):
-        items: list[tuple[str | int, Any]] = list(value.items())
-    elif isinstance(value, list):
-        items = list(enumerate(value))
-    else:
-        return []
-    found = [[*prefix, key] for key, _ in items]
-    for key, child in items:
-        found += leaf_paths(child, (*prefix, key))
-    return found
-
-
-JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-    lambda children: (
-        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
-    ),
-    max_leaves=10,
-)
 READY_MPI = mpi_runtime_dict(
     failure_policy={"rules": [{"action": "FailJobSet"}]},
     node=replicated_job_dict(

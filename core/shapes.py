@@ -1,0 +1,38 @@
+"""Reading the API's objects: a field missing, null or of another shape reads as empty.
+
+Controllers and people write these objects; a decision on a malformed one is a refusal or
+nothing to do, told in words, never a crash (DESIGN §3: no traceback for any input).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def mapping(value: Any) -> Mapping[str, Any]:
+    """`value` if it is a mapping, else empty."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def at(obj: Any, *keys: str) -> Mapping[str, Any]:
+    """The mapping at `keys` below `obj`; a missing or malformed step reads as empty."""
+    found = mapping(obj)
+    for key in keys:
+        found = mapping(found.get(key))
+    return found
+
+
+def mappings(value: Any) -> list[Mapping[str, Any]]:
+    """The mapping items of `value` if it is a list, else none."""
+    return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
+
+
+def annotations_of(obj: Any) -> Mapping[str, Any]:
+    """metadata.annotations, empty when absent or malformed."""
+    return at(obj, "metadata", "annotations")
+
+
+def labels_of(obj: Any) -> Mapping[str, Any]:
+    """metadata.labels, empty when absent or malformed."""
+    return at(obj, "metadata", "labels")

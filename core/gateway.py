@@ -37,7 +37,10 @@ from core.errors import (
 T = TypeVar("T")
 ATTEMPTS: Final = 4
 FIRST_BACKOFF: Final = 0.5  # seconds; doubled after each failed attempt
-REQUEST_TIMEOUT: Final = 30  # seconds per request
+REQUEST_TIMEOUT: Final = 15  # seconds per request: with ATTEMPTS, a dead server costs ~1 min
+# urllib3's own default retries would resend a PUT whose answer was lost (it counts PUT as
+# idempotent) and multiply every timeout by four: _call is the only retry layer.
+NO_RETRIES: Final = urllib3.util.Retry(total=0, connect=0, read=0, redirect=0, status=0)
 WATCH_GRACE: Final = 15  # seconds past a watch's own timeout before its connection is given up
 POLL_INTERVAL: Final = 1.0  # seconds between reads while a step waits out a passing state
 EVENT_TIMEOUT: Final = 5  # seconds: an Event is best effort and must not hold a step up
@@ -132,18 +135,19 @@ class Gateway:
     @classmethod
     def connect(cls, *, kubeconfig: Path | None, context: str | None) -> Gateway:
         """In-cluster config inside a pod, else the kubeconfig (DESIGN §3)."""
+        configuration = client.Configuration()
         try:
             if os.environ.get("KUBERNETES_SERVICE_HOST") and kubeconfig is None:
-                config.load_incluster_config()  # type: ignore[no-untyped-call]
-                return cls(client.ApiClient())
-            configuration = client.Configuration()
-            config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=str(kubeconfig) if kubeconfig else None,
-                context=context,
-                client_configuration=configuration,
-            )
+                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            else:
+                config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=str(kubeconfig) if kubeconfig else None,
+                    context=context,
+                    client_configuration=configuration,
+                )
         except (ConfigException, OSError) as e:
             raise BadInput(f"cannot load cluster credentials: {e}".replace("\n", " ")) from e
+        configuration.retries = NO_RETRIES
         return cls(client.ApiClient(configuration))
 
     # TrainJobs

@@ -10,7 +10,7 @@ from typing import Any, ClassVar, NoReturn, TypeVar
 
 import yaml
 from pydantic import ValidationError
-from pydantic_settings import BaseSettings, CliSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, CliSettingsSource, SettingsConfigDict, SettingsError
 
 from core.errors import BadInput
 from core.request import (
@@ -89,6 +89,8 @@ def load_settings(cls: type[S], *, prog: str, argv: list[str]) -> S:
         settings = cls(_cli_settings_source=source(args=argv))
     except ValidationError as e:
         raise BadInput(f"{prog}: {describe_validation_error(e)}") from e
+    except SettingsError as e:  # a value pydantic-settings could not even split or decode
+        raise BadInput(f"{prog}: {' '.join(str(e).split())}") from e
     return settings.model_copy(update=verbatim) if verbatim else settings
 
 

@@ -269,6 +269,22 @@ def highest_restart(trainjob: Mapping[str, Any]) -> int | Refusal:
         return Refusal(str(e))
 
 
+def opened_by_last_raise(trainjob: Mapping[str, Any]) -> int | None:
+    """A, when the TrainJob is open on the raise that opened it, its spec unchanged since.
+
+    A rerun of the step whose answer was lost finds its work done. None otherwise.
+    """
+    if shapes.at(trainjob, "spec").get("suspend") is not False:
+        return None
+    generation = shapes.at(trainjob, "metadata").get("generation")
+    if shapes.annotations_of(trainjob).get(wire.OPEN_UNTIL_GENERATION_ANNOTATION) != str(
+        generation
+    ):
+        return None  # opened by someone else, or suspended and opened again since
+    floor, in_patch = admission_floor(trainjob), admission_in_patch(trainjob)
+    return floor if isinstance(floor, int) and floor == in_patch else None
+
+
 def decide_raise(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None) -> Raise | Refusal:
     """Return the next A for a suspended TrainJob, or why it may not be raised."""
     name = trainjob["metadata"]["name"]

@@ -19,6 +19,11 @@ def run(settings: TrainJobSettings) -> output.Result:
             f"TrainJob {settings.name} is queued through Kueue: Kueue owns its suspension; "
             "use dispatch-admit and dispatch-approve"
         )
+    done = trainjob.opened_by_last_raise(job)
+    if done is not None and trainjob.foreign_flag(job) is None:
+        # The update that raised A and opened the job applied; its answer may have been lost.
+        logger.bind(admission=done).info("already open on its own raise: nothing to do")
+        return {"admission": done, "resourceVersion": job["metadata"]["resourceVersion"]}
     jobset = gateway.read_jobset(settings.namespace, settings.name)
     decision = trainjob.decide_raise(job, jobset)
     if isinstance(decision, trainjob.Refusal):

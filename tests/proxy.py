@@ -21,7 +21,9 @@ CHUNK = 65536
 
 
 class Proxy:
-    """Accepts on a free loopback port; `cut` resets every open connection at once."""
+    """Accepts on a free loopback port; `cut` resets every open connection at once. Faults
+    for the connections it accepts from then on: `resetting` (a reset at once), `stalled`
+    (accepted, never answered: a half-open peer), `latency` (seconds added to every chunk)."""
 
     def __init__(self, target_port: int) -> None:
         self._target = (LOOPBACK, target_port)
@@ -30,6 +32,10 @@ class Proxy:
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._accepting = threading.Thread(target=self._accept, daemon=True)
+        self.resetting = False
+        self.stalled = False
+        self.latency = 0.0
+        self._delay = threading.Event()  # never set: waiting on it is a plain delay
 
     def __enter__(self) -> Proxy:
         self._accepting.start()
@@ -53,11 +59,7 @@ class Proxy:
         """Reset every open connection, as a dropped link or a restarted server would."""
         with self._lock:
             for sock in self._open:
-                with contextlib.suppress(OSError):
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                    # shutdown, not close alone: it wakes the pipe thread blocked in recv
-                    sock.shutdown(socket.SHUT_RDWR)
-                    sock.close()
+                _reset(sock)
             self._open.clear()
 
     def _accept(self) -> None:
@@ -66,6 +68,13 @@ class Proxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return  # closed
+            if self.resetting:
+                _reset(client)
+                continue
+            if self.stalled:
+                with self._lock:
+                    self._open.add(client)  # read by no one, answered never; closed at exit
+                continue
             upstream = socket.create_connection(self._target)
             with self._lock:
                 self._open |= {client, upstream}
@@ -75,9 +84,20 @@ class Proxy:
     def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
         with contextlib.suppress(OSError):
             while data := source.recv(CHUNK):
+                if self.latency:
+                    self._delay.wait(self.latency)
                 sink.sendall(data)
         with contextlib.suppress(OSError):
             sink.shutdown(socket.SHUT_WR)
+
+
+def _reset(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        # shutdown, not close alone: it wakes a pipe thread blocked in recv
+        sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        sock.close()
 
 
 @contextlib.contextmanager

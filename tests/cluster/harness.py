@@ -163,17 +163,19 @@ class ControlPlane:
             self.node.clean()
 
     @contextlib.contextmanager
-    def stopped(self, controller: str) -> Iterator[None]:
-        """Stop one controller (jobset, kueue, trainer) for the block, then start it again and
-        wait until it and its webhooks answer: a controller outage, for fault tests."""
-        process = self._processes[controller]
+    def stopped(self, component: str) -> Iterator[None]:
+        """Stop one component for the block (a controller, etcd or kube-apiserver), then start
+        it again and wait until it answers: an outage, for fault tests."""
+        process = self._processes[component]
         process.stop()
         try:
             yield
         finally:
             process.start()
-            url = f"http://{LOOPBACK}:{self._controller_ports[controller].health}/readyz"
-            self._wait(functools.partial(_http_ok, url), what=f"{controller} /readyz again")
+            if component in self._controller_ports:
+                url = f"http://{LOOPBACK}:{self._controller_ports[component].health}/readyz"
+                self._wait(functools.partial(_http_ok, url), what=f"{component} /readyz again")
+            self._wait(self._apiserver_ready, what=f"kube-apiserver /readyz after {component}")
             self._wait_webhooks_answer()
 
     def check_running(self) -> None:

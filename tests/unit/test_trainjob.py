@@ -20,6 +20,7 @@ from core.trainjob import (
     finished_reason,
     is_kueue_managed,
     multikueue_refusal,
+    opened_by_last_raise,
     refusal_error,
     with_admission,
 )
@@ -189,3 +190,17 @@ def test_only_trainers_terminal_conditions_finish_a_job(
     job["status"] = {"conditions": conditions}
     reason = finished_reason(job)
     assert (reason is None) if says is None else (reason is not None and says in reason)
+
+
+def test_a_job_open_on_its_own_raise_is_done_and_any_other_is_not() -> None:
+    job = suspended(admission="1", floor="1")
+    opened = with_admission(job, raised(2, generation=4), suspend=False)
+    opened["metadata"]["generation"] = 4  # what the API server gives the update
+    assert opened_by_last_raise(opened) == 2
+    held_again = {**opened, "metadata": {**opened["metadata"], "generation": 5}}
+    assert opened_by_last_raise(held_again) is None, "suspended and opened again since"
+    raised_while_suspended = with_admission(job, raised(2, generation=4))
+    raised_while_suspended["metadata"]["generation"] = 4
+    assert opened_by_last_raise(raised_while_suspended) is None, "still suspended"
+    by_hand = trainjob_dict()  # open, no record of a raise that opened it
+    assert opened_by_last_raise(by_hand) is None

@@ -1,0 +1,314 @@
+"""Faults between a step and the real API server: throttling by API Priority and Fairness,
+etcd gone, the API server restarted under a waiting admit, and a write whose answer is lost.
+Each asserts the exit code, the time bound, and exactly what was written; a rerun after the
+fault succeeds with R still strictly increasing (README: Failures)."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+from kubernetes import client
+
+from core import trainjob, wire
+from core.gateway import ATTEMPTS, REQUEST_TIMEOUT
+from tests.cluster.harness import ControlPlane
+from tests.conftest import Cluster
+from tests.faults.write_dropper import dropping_a_write
+from tests.integration.conftest import Step, start_args, start_queued
+from tests.integration.lifecycle import (
+    BIN,
+    StepRun,
+    admit_and_approve,
+    content,
+    read_trainjob,
+    run_step,
+)
+from tests.kueue_objects import KueueSetup
+from tests.pipelines import kube
+from tests.pipelines.identity import SERVICE_ACCOUNT, StepIdentity, install_identity
+from tests.proxy import proxied
+from tests.wait import wait_until
+
+pytestmark = [pytest.mark.faults, pytest.mark.cluster]
+# 4 attempts with 0.5 + 1 + 2 s of backoff, and a step's start-up of about 1.5 s here.
+RETRIED_BOUND: Final = 15.0
+FLOWCONTROL: Final = "flowcontrol.apiserver.k8s.io/v1"
+FUTURE: Final = "999999999999"  # a resourceVersion the test cluster never reaches
+
+
+def timed(run: Any) -> tuple[StepRun, float]:
+    began = time.monotonic()
+    done = run()
+    return done, time.monotonic() - began
+
+
+@pytest.fixture
+def identity(
+    api_client: client.ApiClient, namespace: str, control_plane: Cluster, tmp_path: Path
+) -> Iterator[StepIdentity]:
+    installed = install_identity(
+        api_client, namespace, admin_kubeconfig=control_plane.kubeconfig, work=tmp_path
+    )
+    yield installed
+    installed.remove()
+
+
+def _throttling(namespace: str) -> list[dict[str, Any]]:
+    """A priority level of no seats that rejects rather than queues, and a flow schema putting
+    every request of the step identity in it. With no seats the API server still runs one
+    request at a time (so a wide request is never starved): while one runs, it answers every
+    other 429."""
+    name = f"dispatch-throttle-{namespace}"[:63]
+    level = {
+        "apiVersion": FLOWCONTROL,
+        "kind": "PriorityLevelConfiguration",
+        "metadata": {"name": name},
+        "spec": {
+            "type": "Limited",
+            "limited": {
+                "nominalConcurrencyShares": 0,
+                "lendablePercent": 0,
+                "borrowingLimitPercent": 0,
+                "limitResponse": {"type": "Reject"},
+            },
+        },
+    }
+    subject = {
+        "kind": "ServiceAccount",
+        "serviceAccount": {"name": SERVICE_ACCOUNT, "namespace": namespace},
+    }
+    schema = {
+        "apiVersion": FLOWCONTROL,
+        "kind": "FlowSchema",
+        "metadata": {"name": name},
+        "spec": {
+            "priorityLevelConfiguration": {"name": name},
+            "matchingPrecedence": 100,
+            "distinguisherMethod": {"type": "ByUser"},
+            "rules": [
+                {
+                    "subjects": [subject],
+                    "resourceRules": [
+                        {
+                            "verbs": ["*"],
+                            "apiGroups": ["*"],
+                            "resources": ["*"],
+                            "namespaces": ["*"],
+                            "clusterScope": True,
+                        }
+                    ],
+                }
+            ],
+        },
+    }
+    return [level, schema]
+
+
+def _answered(identity: StepIdentity, namespace: str, name: str) -> int:
+    """The status the API server gives the identity for a read it may do."""
+    api = identity.api_client()
+    try:
+        client.CustomObjectsApi(api).get_namespaced_custom_object(
+            wire.TRAINER_GROUP, wire.TRAINER_VERSION, namespace, "trainjobs", name
+        )
+    except client.ApiException as e:
+        return int(e.status or 0)
+    finally:
+        api.close()  # type: ignore[no-untyped-call]
+    return 200
+
+
+@contextlib.contextmanager
+def _seat_held(identity: StepIdentity, namespace: str) -> Iterator[None]:
+    """The identity's one seat kept busy: LISTs that wait 3 s for a resourceVersion the cache
+    will not reach (then 504), two threads, so one runs while the other is turned away."""
+    stop = threading.Event()
+
+    def hold() -> None:
+        api = identity.api_client()
+        pods = client.CoreV1Api(api)
+        while not stop.is_set():
+            with contextlib.suppress(client.ApiException):
+                pods.list_namespaced_pod(
+                    namespace, resource_version=FUTURE, resource_version_match="NotOlderThan"
+                )
+        api.close()  # type: ignore[no-untyped-call]
+
+    holders = [threading.Thread(target=hold, daemon=True) for _ in range(2)]
+    for holder in holders:
+        holder.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for holder in holders:
+            holder.join(timeout=10)
+
+
+def test_a_step_throttled_with_429_exits_75_in_bounded_time_and_writes_nothing(
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    identity: StepIdentity,
+    api_client: client.ApiClient,
+    custom: client.CustomObjectsApi,
+) -> None:
+    name = step("start", *start_args(namespace, torch_runtime, "throttled")).result["name"]
+    target = ["--namespace", namespace, "--name", name]
+    throttling = _throttling(namespace)
+    try:
+        for document in throttling:
+            kube.apply(api_client, document, namespace=None)
+        with _seat_held(identity, namespace):
+            wait_until(
+                lambda: _answered(identity, namespace, name) == 429 or None,
+                what="API Priority and Fairness to turn the step identity away",
+            )
+            before = content(read_trainjob(custom, namespace, name))
+            throttled, took = timed(
+                lambda: run_step("unsuspend", *target, kubeconfig=identity.kubeconfig)
+            )
+        assert throttled.code == 75, throttled.error
+        assert "429" in throttled.error
+        assert "Traceback" not in throttled.stderr
+        assert took < RETRIED_BOUND, f"{took:.1f}s"
+        assert content(read_trainjob(custom, namespace, name)) == before, "nothing written"
+    finally:
+        for document in reversed(throttling):
+            kube.delete(api_client, document, namespace=None)
+    wait_until(
+        lambda: _answered(identity, namespace, name) == 200 or None, what="no more throttling"
+    )
+    rerun = run_step("unsuspend", *target, kubeconfig=identity.kubeconfig)
+    assert (rerun.code, rerun.result.get("admission")) == (0, 1), rerun.error
+
+
+def test_a_step_with_etcd_gone_exits_75_in_bounded_time_and_a_rerun_raises_once(
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    plane: ControlPlane,
+    custom: client.CustomObjectsApi,
+) -> None:
+    name = step("start", *start_args(namespace, torch_runtime, "no-etcd")).result["name"]
+    target = ["--namespace", namespace, "--name", name]
+    with plane.stopped("etcd"):
+        down, took = timed(lambda: step("unsuspend", *target))
+    assert down.code == 75, down.error
+    assert "Traceback" not in down.stderr
+    bound = ATTEMPTS * REQUEST_TIMEOUT + RETRIED_BOUND
+    assert took < bound, f"{took:.1f}s: each read is bounded by the request timeout"
+    job = read_trainjob(custom, namespace, name)
+    assert job["spec"]["suspend"] is True, "nothing written"
+    rerun = step("unsuspend", *target)
+    assert (rerun.code, rerun.result.get("admission")) == (0, 1), rerun.error
+
+
+def test_the_api_server_restarted_under_admit_wait_is_75_and_a_rerun_admits(
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    kueue: KueueSetup,
+    plane: ControlPlane,
+) -> None:
+    kueue.install(cpu="1")
+    blocker = start_queued(step, namespace, torch_runtime, kueue, "holds-the-quota")
+    admit_and_approve(step, namespace, blocker.result["name"], kueue.check)
+    waiting = start_queued(step, namespace, torch_runtime, kueue, "waits")
+    admit = [
+        *("--namespace", namespace, "--name", waiting.result["name"], "--check", kueue.check),
+        *("--wait", "--timeout", "300"),
+    ]
+    admitting = subprocess.Popen(
+        [str(BIN / "dispatch-admit"), "--kubeconfig", str(plane.kubeconfig), *admit],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    settled = time.monotonic() + 5  # started, read, listed, watching
+    wait_until(lambda: time.monotonic() > settled or None, what="admit to watch")
+    assert admitting.poll() is None, "admit is waiting"
+    with plane.stopped("kube-apiserver"):
+        began = time.monotonic()
+        _, stderr = admitting.communicate(timeout=60)
+        took = time.monotonic() - began
+    assert admitting.returncode == 75, stderr
+    assert "Traceback" not in stderr
+    assert took < 30, f"{took:.1f}s after the API server went"
+    kueue.set_active(blocker.result["uid"], active=False)  # the quota frees up
+    rerun = step("admit", *admit)
+    assert (rerun.code, rerun.result.get("admission")) == (0, 1), rerun.error
+
+
+def test_a_write_whose_answer_is_lost_is_75_and_a_rerun_finds_it_done(
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    plane: ControlPlane,
+    custom: client.CustomObjectsApi,
+    tmp_path: Path,
+) -> None:
+    name = step("start", *start_args(namespace, torch_runtime, "lost-answer")).result["name"]
+    target = ["--namespace", namespace, "--name", name]
+    with dropping_a_write(plane.kubeconfig, plane.run_dir / "pki", tmp_path) as (proxy, kubeconfig):
+        lost, took = timed(lambda: run_step("unsuspend", *target, kubeconfig=kubeconfig))
+    assert proxy.dropped.is_set(), "the write went through the proxy"
+    assert lost.code == 75, lost.error
+    assert "Traceback" not in lost.stderr
+    assert took < RETRIED_BOUND, "a write that may have applied is not sent again"
+    job = read_trainjob(custom, namespace, name)
+    assert job["spec"]["suspend"] is False, "the write applied"
+    assert trainjob.admission_in_patch(job) == 1
+    rerun = step("unsuspend", *target)
+    assert (rerun.code, rerun.result.get("admission")) == (0, 1), rerun.error
+    assert content(read_trainjob(custom, namespace, name)) == content(job), "no second raise"
+
+
+@pytest.mark.parametrize(
+    ("fault", "code", "bound"),
+    [
+        ("resetting", 75, RETRIED_BOUND),
+        ("stalled", 75, ATTEMPTS * REQUEST_TIMEOUT + RETRIED_BOUND),
+        ("latency", 0, 30.0),
+    ],
+)
+def test_tcp_faults_between_a_step_and_the_api_server(
+    fault: str,
+    code: int,
+    bound: float,
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    control_plane: Cluster,
+    custom: client.CustomObjectsApi,
+    tmp_path: Path,
+) -> None:
+    """Every connection reset at once, or accepted and never answered (a half-open peer: no
+    FIN, no data), or every chunk 0.3 s late: a read is retried, nothing hangs past its
+    bound, and a rerun raises exactly once."""
+    name = step("start", *start_args(namespace, torch_runtime, f"tcp-{fault}")).result["name"]
+    target = ["--namespace", namespace, "--name", name]
+    with proxied(control_plane.kubeconfig, tmp_path) as (proxy, kubeconfig):
+        if fault == "latency":
+            proxy.latency = 0.3
+        else:
+            setattr(proxy, fault, True)
+        run, took = timed(lambda: run_step("unsuspend", *target, kubeconfig=kubeconfig))
+    assert run.code == code, run.error
+    assert "Traceback" not in run.stderr
+    assert took < bound, f"{took:.1f}s"
+    job = read_trainjob(custom, namespace, name)
+    if code == 0:
+        assert trainjob.admission_in_patch(job) == 1
+        return
+    assert "API server unreachable" in run.error
+    assert job["spec"]["suspend"] is True, "nothing written"
+    rerun = step("unsuspend", *target)
+    assert (rerun.code, rerun.result.get("admission")) == (0, 1), rerun.error

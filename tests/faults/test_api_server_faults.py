@@ -257,7 +257,11 @@ def test_a_write_whose_answer_is_lost_is_75_and_a_rerun_finds_it_done(
 ) -> None:
     name = step("start", *start_args(namespace, torch_runtime, "lost-answer")).result["name"]
     target = ["--namespace", namespace, "--name", name]
-    with dropping_a_write(plane.kubeconfig, plane.run_dir / "pki", tmp_path) as (proxy, kubeconfig):
+    pki = plane.run_dir / "pki"
+    with dropping_a_write(plane.kubeconfig, pki, tmp_path, forward_write=True) as (
+        proxy,
+        kubeconfig,
+    ):
         lost, took = timed(lambda: run_step("unsuspend", *target, kubeconfig=kubeconfig))
     assert proxy.dropped.is_set(), "the write went through the proxy"
     assert lost.code == 75, lost.error
@@ -310,5 +314,32 @@ def test_tcp_faults_between_a_step_and_the_api_server(
         return
     assert "API server unreachable" in run.error
     assert job["spec"]["suspend"] is True, "nothing written"
+    rerun = step("unsuspend", *target)
+    assert (rerun.code, rerun.result.get("admission")) == (0, 1), rerun.error
+
+
+def test_the_api_server_gone_between_a_read_and_the_write_is_75_and_writes_nothing(
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    plane: ControlPlane,
+    custom: client.CustomObjectsApi,
+    tmp_path: Path,
+) -> None:
+    """The read is answered; the connection is reset as the write is sent, before the API
+    server gets it: the step cannot tell that from a lost answer, so it does not resend."""
+    name = step("start", *start_args(namespace, torch_runtime, "gone-at-write")).result["name"]
+    target = ["--namespace", namespace, "--name", name]
+    pki = plane.run_dir / "pki"
+    with dropping_a_write(plane.kubeconfig, pki, tmp_path, forward_write=False) as (
+        proxy,
+        kubeconfig,
+    ):
+        gone, took = timed(lambda: run_step("unsuspend", *target, kubeconfig=kubeconfig))
+    assert proxy.dropped.is_set(), "the write went to the proxy"
+    assert gone.code == 75, gone.error
+    assert "Traceback" not in gone.stderr
+    assert took < RETRIED_BOUND
+    assert read_trainjob(custom, namespace, name)["spec"]["suspend"] is True, "nothing written"
     rerun = step("unsuspend", *target)
     assert (rerun.code, rerun.result.get("admission")) == (0, 1), rerun.error

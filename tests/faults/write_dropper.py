@@ -1,10 +1,12 @@
-"""A loopback HTTPS proxy that lets a step's write reach the API server and loses the answer:
-the fault where a write applied and the step cannot know it did.
+"""A loopback HTTPS proxy that breaks a step's first write: it loses the write's answer (the
+write applied and the step cannot know it did), or the write itself (the API server went
+between the step's read and its write).
 
 It terminates TLS with the API server's own certificate (it names 127.0.0.1; the step checks
 it against the cluster CA as before), forwards each request over a new TLS connection as the
 admin, and relays the answers unread, until the first write (POST, PUT, PATCH, DELETE): that
-one is forwarded, its answer awaited and discarded, and the step's connection reset.
+one is forwarded (`forward_write`) and its answer awaited and discarded, or not forwarded at
+all; either way the step's connection is reset.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ ANSWER_WAIT: Final = 10.0  # seconds for the API server to answer the write it a
 class WriteDropper:
     """Accepts on a free loopback port; `dropped` tells whether a write's answer was lost."""
 
-    def __init__(self, pki: Path, target_port: int) -> None:
+    def __init__(self, pki: Path, target_port: int, *, forward_write: bool) -> None:
         self._target = (LOOPBACK, target_port)
+        self._forward_write = forward_write
         self._serving = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self._serving.load_cert_chain(pki / "apiserver.crt", pki / "apiserver.key")
         self._upstream = ssl.create_default_context(cafile=str(pki / "ca.crt"))
@@ -74,11 +77,12 @@ class WriteDropper:
             while request := _read_request(reader):
                 method = request.split(b" ", 1)[0]
                 if method in WRITES and not self.dropped.is_set():
-                    dropping.set()
-                    upstream.sendall(request)
-                    answered.wait(ANSWER_WAIT)
+                    if self._forward_write:
+                        dropping.set()
+                        upstream.sendall(request)
+                        answered.wait(ANSWER_WAIT)
                     self.dropped.set()
-                    _reset(raw)
+                    _reset(client)  # the TLS socket owns the connection now, not `raw`
                     upstream.close()
                     return
                 upstream.sendall(request)
@@ -113,21 +117,23 @@ def _read_request(reader: BinaryIO) -> bytes:
     return head + b"\r\n" + (reader.read(length) if length else b"")
 
 
-def _reset(raw: socket.socket) -> None:
+def _reset(connection: socket.socket) -> None:
     with contextlib.suppress(OSError):
-        raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        raw.close()
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        connection.shutdown(socket.SHUT_RDWR)  # wakes the relay thread blocked in recv
+    with contextlib.suppress(OSError):
+        connection.close()
 
 
 @contextlib.contextmanager
 def dropping_a_write(
-    kubeconfig: Path, pki: Path, work: Path
+    kubeconfig: Path, pki: Path, work: Path, *, forward_write: bool
 ) -> Iterator[tuple[WriteDropper, Path]]:
     """The proxy, and a kubeconfig that goes through it (same CA, no credentials of its own)."""
     config = yaml.safe_load(kubeconfig.read_text())
     cluster = config["clusters"][0]["cluster"]
     port = int(cluster["server"].rsplit(":", 1)[1])
-    with WriteDropper(pki, port) as proxy:
+    with WriteDropper(pki, port, forward_write=forward_write) as proxy:
         cluster["server"] = f"https://{LOOPBACK}:{proxy.port}"
         path = work / "dropping.kubeconfig"
         path.write_text(yaml.safe_dump(config))

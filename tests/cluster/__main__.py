@@ -41,6 +41,18 @@ def _interrupt(signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
+def _install_node_runtime(plane: ControlPlane) -> None:
+    """The shipped torch runtime shaped for the node, so a TrainJob of one's own runs there."""
+    from tests.node.executions import NODE_RUNTIME, TRAINER, node_runtime
+
+    group, version = TRAINER
+    plane.rest.post(f"/apis/{group}/{version}/clustertrainingruntimes", node_runtime())
+    _say(
+        f"ClusterTrainingRuntime {NODE_RUNTIME} runs pods on the node (host network, its "
+        "toleration); its training image: local/busybox:static (README: The node)"
+    )
+
+
 def up(run_dir: Path | None, *, node: bool = True) -> int:
     """Start the control plane, print the kubeconfig path, keep running until told to stop."""
     directory = run_dir or Path(tempfile.mkdtemp(prefix="dispatch-k8s-control-plane-"))
@@ -52,6 +64,8 @@ def up(run_dir: Path | None, *, node: bool = True) -> int:
     idle = threading.Event()  # never set: waiting on it is an interruptible sleep
     try:
         plane.start()
+        if node:
+            _install_node_runtime(plane)
         _say(f"ready in {plane.started_seconds:.1f}s; apiserver {plane.server}; Ctrl-C stops it")
         sys.stdout.write(f"{plane.kubeconfig}\n")
         sys.stdout.flush()

@@ -59,7 +59,7 @@ class Proxy:
         """Reset every open connection, as a dropped link or a restarted server would."""
         with self._lock:
             for sock in self._open:
-                _reset(sock)
+                reset(sock)
             self._open.clear()
 
     def _accept(self) -> None:
@@ -69,7 +69,7 @@ class Proxy:
             except OSError:
                 return  # closed
             if self.resetting:
-                _reset(client)
+                reset(client)
                 continue
             if self.stalled:
                 with self._lock:
@@ -91,7 +91,8 @@ class Proxy:
             sink.shutdown(socket.SHUT_WR)
 
 
-def _reset(sock: socket.socket) -> None:
+def reset(sock: socket.socket) -> None:
+    """Close with a reset (RST), as a dropped link or a killed server would."""
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         # shutdown, not close alone: it wakes a pipe thread blocked in recv

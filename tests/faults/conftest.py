@@ -8,6 +8,7 @@ import pytest
 from tests.cluster.harness import ControlPlane
 from tests.conftest import Cluster
 from tests.integration.conftest import custom, kueue, step, torch_runtime
+from tests.pipelines.conftest import steps_identity
 
 
 @pytest.fixture
@@ -18,4 +19,4 @@ def plane(control_plane: Cluster) -> ControlPlane:
     return control_plane.plane
 
 
-__all__ = ["custom", "kueue", "step", "torch_runtime"]
+__all__ = ["custom", "kueue", "step", "steps_identity", "torch_runtime"]

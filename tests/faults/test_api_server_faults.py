@@ -21,18 +21,17 @@ from core.gateway import ATTEMPTS, REQUEST_TIMEOUT
 from tests.cluster.harness import ControlPlane
 from tests.conftest import Cluster
 from tests.faults.write_dropper import dropping_a_write
-from tests.integration.conftest import Step, start_args, start_queued
+from tests.integration.conftest import Step, blocked_admission, start_args
 from tests.integration.lifecycle import (
     BIN,
     StepRun,
-    admit_and_approve,
     content,
     read_trainjob,
     run_step,
 )
 from tests.kueue_objects import KueueSetup
 from tests.pipelines import kube
-from tests.pipelines.identity import SERVICE_ACCOUNT, StepIdentity, install_identity
+from tests.pipelines.identity import SERVICE_ACCOUNT, StepIdentity
 from tests.proxy import proxied
 from tests.wait import wait_until
 
@@ -49,15 +48,19 @@ def timed(run: Any) -> tuple[StepRun, float]:
     return done, time.monotonic() - began
 
 
-@pytest.fixture
-def identity(
-    api_client: client.ApiClient, namespace: str, control_plane: Cluster, tmp_path: Path
-) -> Iterator[StepIdentity]:
-    installed = install_identity(
-        api_client, namespace, admin_kubeconfig=control_plane.kubeconfig, work=tmp_path
-    )
-    yield installed
-    installed.remove()
+def _started(step: Step, namespace: str, runtime: str, job_id: str) -> tuple[str, list[str]]:
+    """A plain-mode TrainJob, suspended: its name and the flags naming it."""
+    name = str(step("start", *start_args(namespace, runtime, job_id)).result["name"])
+    return name, ["--namespace", namespace, "--name", name]
+
+
+def _unwritten_then_raised_once(
+    step: Step, custom: client.CustomObjectsApi, namespace: str, name: str
+) -> None:
+    """The fault left the TrainJob as it was, and unsuspend run again raises A to 1."""
+    assert read_trainjob(custom, namespace, name)["spec"]["suspend"] is True, "nothing written"
+    rerun = step("unsuspend", "--namespace", namespace, "--name", name)
+    assert (rerun.code, rerun.result.get("admission")) == (0, 1), rerun.error
 
 
 def _throttling(namespace: str) -> list[dict[str, Any]]:
@@ -156,12 +159,12 @@ def test_a_step_throttled_with_429_exits_75_in_bounded_time_and_writes_nothing(
     step: Step,
     namespace: str,
     torch_runtime: str,
-    identity: StepIdentity,
+    steps_identity: StepIdentity,
     api_client: client.ApiClient,
     custom: client.CustomObjectsApi,
 ) -> None:
-    name = step("start", *start_args(namespace, torch_runtime, "throttled")).result["name"]
-    target = ["--namespace", namespace, "--name", name]
+    identity = steps_identity
+    name, target = _started(step, namespace, torch_runtime, "throttled")
     throttling = _throttling(namespace)
     try:
         for document in throttling:
@@ -197,18 +200,14 @@ def test_a_step_with_etcd_gone_exits_75_in_bounded_time_and_a_rerun_raises_once(
     plane: ControlPlane,
     custom: client.CustomObjectsApi,
 ) -> None:
-    name = step("start", *start_args(namespace, torch_runtime, "no-etcd")).result["name"]
-    target = ["--namespace", namespace, "--name", name]
+    name, target = _started(step, namespace, torch_runtime, "no-etcd")
     with plane.stopped("etcd"):
         down, took = timed(lambda: step("unsuspend", *target))
     assert down.code == 75, down.error
     assert "Traceback" not in down.stderr
     bound = ATTEMPTS * REQUEST_TIMEOUT + RETRIED_BOUND
     assert took < bound, f"{took:.1f}s: each read is bounded by the request timeout"
-    job = read_trainjob(custom, namespace, name)
-    assert job["spec"]["suspend"] is True, "nothing written"
-    rerun = step("unsuspend", *target)
-    assert (rerun.code, rerun.result.get("admission")) == (0, 1), rerun.error
+    _unwritten_then_raised_once(step, custom, namespace, name)
 
 
 def test_the_api_server_restarted_under_admit_wait_is_75_and_a_rerun_admits(
@@ -218,14 +217,7 @@ def test_the_api_server_restarted_under_admit_wait_is_75_and_a_rerun_admits(
     kueue: KueueSetup,
     plane: ControlPlane,
 ) -> None:
-    kueue.install(cpu="1")
-    blocker = start_queued(step, namespace, torch_runtime, kueue, "holds-the-quota")
-    admit_and_approve(step, namespace, blocker.result["name"], kueue.check)
-    waiting = start_queued(step, namespace, torch_runtime, kueue, "waits")
-    admit = [
-        *("--namespace", namespace, "--name", waiting.result["name"], "--check", kueue.check),
-        *("--wait", "--timeout", "300"),
-    ]
+    blocker, admit = blocked_admission(step, namespace, torch_runtime, kueue, timeout=300)
     admitting = subprocess.Popen(
         [str(BIN / "dispatch-admit"), "--kubeconfig", str(plane.kubeconfig), *admit],
         stdout=subprocess.PIPE,
@@ -255,8 +247,7 @@ def test_a_write_whose_answer_is_lost_is_75_and_a_rerun_finds_it_done(
     custom: client.CustomObjectsApi,
     tmp_path: Path,
 ) -> None:
-    name = step("start", *start_args(namespace, torch_runtime, "lost-answer")).result["name"]
-    target = ["--namespace", namespace, "--name", name]
+    name, target = _started(step, namespace, torch_runtime, "lost-answer")
     pki = plane.run_dir / "pki"
     with dropping_a_write(plane.kubeconfig, pki, tmp_path, forward_write=True) as (
         proxy,
@@ -297,8 +288,7 @@ def test_tcp_faults_between_a_step_and_the_api_server(
     """Every connection reset at once, or accepted and never answered (a half-open peer: no
     FIN, no data), or every chunk 0.3 s late: a read is retried, nothing hangs past its
     bound, and a rerun raises exactly once."""
-    name = step("start", *start_args(namespace, torch_runtime, f"tcp-{fault}")).result["name"]
-    target = ["--namespace", namespace, "--name", name]
+    name, target = _started(step, namespace, torch_runtime, f"tcp-{fault}")
     with proxied(control_plane.kubeconfig, tmp_path) as (proxy, kubeconfig):
         if fault == "latency":
             proxy.latency = 0.3
@@ -313,9 +303,7 @@ def test_tcp_faults_between_a_step_and_the_api_server(
         assert trainjob.admission_in_patch(job) == 1
         return
     assert "API server unreachable" in run.error
-    assert job["spec"]["suspend"] is True, "nothing written"
-    rerun = step("unsuspend", *target)
-    assert (rerun.code, rerun.result.get("admission")) == (0, 1), rerun.error
+    _unwritten_then_raised_once(step, custom, namespace, name)
 
 
 def test_the_api_server_gone_between_a_read_and_the_write_is_75_and_writes_nothing(
@@ -328,8 +316,7 @@ def test_the_api_server_gone_between_a_read_and_the_write_is_75_and_writes_nothi
 ) -> None:
     """The read is answered; the connection is reset as the write is sent, before the API
     server gets it: the step cannot tell that from a lost answer, so it does not resend."""
-    name = step("start", *start_args(namespace, torch_runtime, "gone-at-write")).result["name"]
-    target = ["--namespace", namespace, "--name", name]
+    name, target = _started(step, namespace, torch_runtime, "gone-at-write")
     pki = plane.run_dir / "pki"
     with dropping_a_write(plane.kubeconfig, pki, tmp_path, forward_write=False) as (
         proxy,
@@ -340,6 +327,4 @@ def test_the_api_server_gone_between_a_read_and_the_write_is_75_and_writes_nothi
     assert gone.code == 75, gone.error
     assert "Traceback" not in gone.stderr
     assert took < RETRIED_BOUND
-    assert read_trainjob(custom, namespace, name)["spec"]["suspend"] is True, "nothing written"
-    rerun = step("unsuspend", *target)
-    assert (rerun.code, rerun.result.get("admission")) == (0, 1), rerun.error
+    _unwritten_then_raised_once(step, custom, namespace, name)

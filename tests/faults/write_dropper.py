@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
-import struct
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,8 @@ from typing import BinaryIO, Final
 
 import yaml
 
-LOOPBACK: Final = "127.0.0.1"
+from tests.proxy import LOOPBACK, reset
+
 WRITES: Final = frozenset({b"POST", b"PUT", b"PATCH", b"DELETE"})
 ANSWER_WAIT: Final = 10.0  # seconds for the API server to answer the write it applies
 
@@ -82,7 +82,7 @@ class WriteDropper:
                         upstream.sendall(request)
                         answered.wait(ANSWER_WAIT)
                     self.dropped.set()
-                    _reset(client)  # the TLS socket owns the connection now, not `raw`
+                    reset(client)  # the TLS socket owns the connection now, not `raw`
                     upstream.close()
                     return
                 upstream.sendall(request)
@@ -115,14 +115,6 @@ def _read_request(reader: BinaryIO) -> bytes:
         if name.strip().lower() == b"content-length":
             length = int(value.strip())
     return head + b"\r\n" + (reader.read(length) if length else b"")
-
-
-def _reset(connection: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        connection.shutdown(socket.SHUT_RDWR)  # wakes the relay thread blocked in recv
-    with contextlib.suppress(OSError):
-        connection.close()
 
 
 @contextlib.contextmanager

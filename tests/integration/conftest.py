@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from core import wire
 from tests.conftest import Cluster
-from tests.integration.lifecycle import DEADLINE, Kubelet, StepRun, run_step
+from tests.integration.lifecycle import DEADLINE, Kubelet, StepRun, admit_and_approve, run_step
 from tests.kueue_objects import KueueSetup
 from tests.policies import Policies
 from tests.requests import request_flags
@@ -84,6 +84,22 @@ def start_queued(
     started = step("start", *start_args(namespace, runtime, job_id, **kueue.queued_request()))
     assert started.code == 0, started.error
     return started
+
+
+def blocked_admission(
+    step: Step, namespace: str, runtime: str, kueue: KueueSetup, *, timeout: int
+) -> tuple[StepRun, list[str]]:
+    """A job admitted holding the queue's one CPU, and `admit --wait` flags for a second job
+    that waits behind it (up to `timeout` s): free the quota with kueue.set_active(blocker)."""
+    kueue.install(cpu="1")
+    blocker = start_queued(step, namespace, runtime, kueue, "holds-the-quota")
+    admit_and_approve(step, namespace, blocker.result["name"], kueue.check)
+    waiting = start_queued(step, namespace, runtime, kueue, "waits")
+    admit = [
+        *("--namespace", namespace, "--name", waiting.result["name"], "--check", kueue.check),
+        *("--wait", "--timeout", str(timeout)),
+    ]
+    return blocker, admit
 
 
 def wait_suspended(custom: client.CustomObjectsApi, namespace: str, name: str) -> None:

@@ -13,7 +13,7 @@ from kubernetes import client
 
 from core import wire
 from tests.conftest import Cluster
-from tests.integration.conftest import Step, start_queued
+from tests.integration.conftest import Step, blocked_admission, start_queued
 from tests.integration.lifecycle import (
     BIN,
     DEADLINE,
@@ -41,14 +41,7 @@ def test_a_watch_cut_mid_wait_is_exit_75_and_a_rerun_admits(
     control_plane: Cluster,
     tmp_path: Path,
 ) -> None:
-    kueue.install(cpu="1")
-    blocker = start_queued(step, namespace, torch_runtime, kueue, "holds-the-quota")
-    admit_and_approve(step, namespace, blocker.result["name"], kueue.check)
-    waiting = start_queued(step, namespace, torch_runtime, kueue, "waits")
-    admit = [
-        *("--namespace", namespace, "--name", waiting.result["name"], "--check", kueue.check),
-        *("--wait", "--timeout", "120"),
-    ]
+    blocker, admit = blocked_admission(step, namespace, torch_runtime, kueue, timeout=120)
     with proxied(control_plane.kubeconfig, tmp_path) as (proxy, kubeconfig):
         admitting = subprocess.Popen(
             [str(BIN / "dispatch-admit"), "--kubeconfig", str(kubeconfig), *admit],

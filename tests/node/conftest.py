@@ -11,6 +11,7 @@ from tests.images import engine
 from tests.images.conftest import debian_image, docker_engine, step_image
 from tests.integration.conftest import custom, kueue, step
 from tests.node.executions import NODE_RUNTIME, TRAINER, node_runtime
+from tests.pipelines.conftest import steps_identity
 
 
 @pytest.fixture(scope="session")
@@ -48,4 +49,12 @@ def step_image_on_node(step_image: str, control_plane: Cluster) -> str:
 
 
 # The integration and image suites' fixtures, shared.
-__all__ = ["custom", "debian_image", "docker_engine", "kueue", "step", "step_image"]
+__all__ = [
+    "custom",
+    "debian_image",
+    "docker_engine",
+    "kueue",
+    "step",
+    "step_image",
+    "steps_identity",
+]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import copy
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -22,7 +21,7 @@ from tests.integration.conftest import Step
 from tests.integration.lifecycle import as_dict
 from tests.node.executions import DEADLINE, expected, printed, start_flags
 from tests.pipelines import kube
-from tests.pipelines.identity import SERVICE_ACCOUNT, StepIdentity, install_identity
+from tests.pipelines.identity import SERVICE_ACCOUNT, StepIdentity
 from tests.pipelines.render import JOBS
 from tests.shipped import documents
 from tests.wait import wait_until
@@ -30,17 +29,6 @@ from tests.wait import wait_until
 pytestmark = [pytest.mark.node, pytest.mark.cluster, pytest.mark.images]
 API_ACCESS: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 ROOT_CA: Final = "kube-root-ca.crt"
-
-
-@pytest.fixture
-def shipped_identity(
-    api_client: client.ApiClient, namespace: str, control_plane: Cluster, tmp_path: Path
-) -> Iterator[StepIdentity]:
-    identity = install_identity(
-        api_client, namespace, admin_kubeconfig=control_plane.kubeconfig, work=tmp_path
-    )
-    yield identity
-    identity.remove()
 
 
 def _api_server(kubeconfig: Path) -> tuple[str, int, str]:
@@ -107,7 +95,7 @@ def test_the_shipped_unsuspend_job_opens_a_trainjob_that_prints_r_1(
     namespace: str,
     real_node_runtime: str,
     step_image_on_node: str,
-    shipped_identity: StepIdentity,
+    steps_identity: StepIdentity,
     control_plane: Cluster,
     api_client: client.ApiClient,
 ) -> None:

@@ -28,6 +28,8 @@ WRAPPER_PREFIX: Final = "dispatch-k8s.invalid/testbin"
 GO_DIRECTIVE: Final = "1.26.0"  # the highest `go` line of the pinned upstream modules
 # Stamped into kube-apiserver so /version is real: Kueue gates features on it
 # (reference/controlplane.md, Pitfalls).
+CONTROL_PLANE: Final = "control-plane"
+ENGINES: Final = "engines"
 KUBE_VERSION_PACKAGES: Final = (
     "k8s.io/component-base/version",
     "k8s.io/client-go/pkg/version",
@@ -51,6 +53,13 @@ class Component:
     module: str
     version: str
     binaries: dict[str, str]  # binary name -> main package
+    group: str  # "control-plane", or "engines" (Argo and Tekton, built only when asked for)
+    tags: tuple[str, ...] = ()  # Go build tags
+
+    @property
+    def is_engine(self) -> bool:
+        """Whether only the pipeline engines' harness needs this component."""
+        return self.group == ENGINES
 
     @property
     def wrapper_dir(self) -> Path:
@@ -76,30 +85,36 @@ class Component:
     def cache_key(self, go_version: str) -> str:
         """Hash of everything that changes the binaries."""
         digest = hashlib.sha256()
-        for part in (
+        parts = [
             go_version,
             (self.wrapper_dir / "go.mod").read_text(),
             (self.wrapper_dir / "go.sum").read_text(),
             self.ldflags(),
             json.dumps(self.binaries, sort_keys=True),
-        ):
+        ]
+        if self.tags:  # untagged components keep the keys they were cached under
+            parts.append(",".join(self.tags))
+        for part in parts:
             digest.update(part.encode())
             digest.update(b"\0")
         return digest.hexdigest()[:16]
 
 
-def components() -> list[Component]:
-    """The pinned components, in build order (largest first)."""
+def components(*, engines: bool = False) -> list[Component]:
+    """The pinned components in build order: the control plane's, and the engines' if asked."""
     table = tomllib.loads(VERSIONS_FILE.read_text())
-    return [
+    every = [
         Component(
             name=name,
             module=entry["module"],
             version=entry["version"],
             binaries=dict(entry["binaries"]),
+            group=entry.get("group", CONTROL_PLANE),
+            tags=tuple(entry.get("tags", ())),
         )
         for name, entry in table.items()
     ]
+    return [c for c in every if engines or not c.is_engine]
 
 
 def _go(*args: str, cwd: Path, capture: bool = False) -> str:
@@ -131,18 +146,27 @@ def module_dir(module: str, version: str) -> Path:
     return Path(info["Dir"])
 
 
-def _kubernetes_staging_modules(version: str) -> list[str]:
-    """The staging modules k8s.io/kubernetes replaces with ./staging paths at `version`."""
-    out = _go(
-        "mod", "download", "-json", f"k8s.io/kubernetes@{version}", cwd=Path.cwd(), capture=True
+def _upstream_replacements(module: str, version: str) -> list[tuple[str, str]]:
+    """The replace lines of `module@version`'s go.mod, as (old, new) `go mod edit` operands.
+
+    Go ignores a dependency's replace lines, so the wrapper must repeat them. A replacement
+    by a local path (Kubernetes' ./staging modules) maps to the published tag of that module
+    instead (reference/controlplane.md §1).
+    """
+    out = _go("mod", "download", "-json", f"{module}@{version}", cwd=Path.cwd(), capture=True)
+    gomod = json.loads(
+        _go("mod", "edit", "-json", json.loads(out)["GoMod"], cwd=Path.cwd(), capture=True)
     )
-    gomod = Path(json.loads(out)["GoMod"]).read_text()
-    staging = []
-    for line in gomod.splitlines():
-        words = line.split()
-        if len(words) >= 3 and words[1] == "=>" and words[2].startswith("./staging/"):
-            staging.append(words[0])
-    return staging
+    replacements = []
+    for replace in gomod.get("Replace") or []:
+        old, new = replace["Old"]["Path"], replace["New"]
+        if "Version" in new:
+            replacements.append((old, f"{new['Path']}@{new['Version']}"))
+        elif module == "k8s.io/kubernetes":
+            replacements.append((old, f"{old}@v0.{version.removeprefix('v1.')}"))
+        else:
+            raise RuntimeError(f"{module}@{version} replaces {old} with a local path")
+    return replacements
 
 
 def pin(component: Component) -> None:
@@ -154,13 +178,8 @@ def pin(component: Component) -> None:
         f"module {WRAPPER_PREFIX}/{component.name}\n\ngo {GO_DIRECTIVE}\n"
     )
     _go("mod", "edit", f"-require={component.module}@{component.version}", cwd=wrapper)
-    kube_version = component.version if component.module == "k8s.io/kubernetes" else None
-    if kube_version:
-        # Go ignores a dependency's replace lines, so the wrapper must map every staging
-        # module to its published v0.X.Y tag (reference/controlplane.md §1).
-        staging_tag = "v0." + kube_version.removeprefix("v1.")
-        for staging in _kubernetes_staging_modules(kube_version):
-            _go("mod", "edit", f"-replace={staging}={staging}@{staging_tag}", cwd=wrapper)
+    for old, new in _upstream_replacements(component.module, component.version):
+        _go("mod", "edit", f"-replace={old}={new}", cwd=wrapper)
     for package in component.binaries.values():
         _go("mod", "edit", f"-tool={package}", cwd=wrapper)
     _go("mod", "tidy", cwd=wrapper)
@@ -182,6 +201,7 @@ def build(component: Component, go_version_text: str) -> Path:
     for binary, package in component.binaries.items():
         _go(
             "build",
+            *(["-tags", ",".join(component.tags)] if component.tags else []),
             "-ldflags",
             component.ldflags(),
             "-o",
@@ -195,17 +215,19 @@ def build(component: Component, go_version_text: str) -> Path:
     return target
 
 
-def missing(go_version_text: str | None = None) -> list[str]:
+def missing(go_version_text: str | None = None, *, engines: bool = False) -> list[str]:
     """The components whose binaries are not in the cache yet."""
     version = go_version_text or go_version()
-    return [c.name for c in components() if not (binary_dir(c, version) / ".ok").exists()]
+    return [
+        c.name for c in components(engines=engines) if not (binary_dir(c, version) / ".ok").exists()
+    ]
 
 
-def binaries(go_version_text: str | None = None) -> dict[str, Path]:
+def binaries(go_version_text: str | None = None, *, engines: bool = False) -> dict[str, Path]:
     """Paths of every built binary, building whatever is missing."""
     version = go_version_text or go_version()
     paths: dict[str, Path] = {}
-    for component in components():
+    for component in components(engines=engines):
         built = build(component, version)
         for binary in component.binaries:
             paths[binary] = built / binary
@@ -213,9 +235,15 @@ def binaries(go_version_text: str | None = None) -> dict[str, Path]:
 
 
 def main(argv: list[str]) -> int:
-    """Entry point: `pin [NAME…]` or `build`."""
+    """Entry point: `pin [NAME…]`, or `build [--engines] [NAME…]`."""
     command, *names = argv or ["build"]
-    chosen = [c for c in components() if not names or c.name in names]
+    engines = "--engines" in names
+    names = [name for name in names if name != "--engines"]
+    chosen = (
+        [c for c in components(engines=True) if c.name in names]
+        if names
+        else components(engines=engines)
+    )
     if command == "pin":
         for component in chosen:
             pin(component)
@@ -230,7 +258,7 @@ def main(argv: list[str]) -> int:
                 f"({time.monotonic() - started:.0f}s)\n"
             )
         return 0
-    sys.stderr.write("usage: python -m tests.cluster.binaries [pin|build] [NAME...]\n")
+    sys.stderr.write("usage: python -m tests.cluster.binaries [pin|build [--engines]] [NAME...]\n")
     return 2
 
 

@@ -33,6 +33,7 @@ started=$SECONDS
 # leak into the wheel.
 mkdir -p "$context/src" "$context/wheels"
 cp "$repo/pyproject.toml" "$repo/README.md" "$context/src/"
+cp -r "$repo/bin" "$context/src/"
 for package in core steps; do
   mkdir -p "$context/src/$package"
   cp "$repo/$package"/*.py "$context/src/$package/"

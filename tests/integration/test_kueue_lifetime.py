@@ -299,20 +299,7 @@ def test_a_workload_kueue_replaces_after_a_runtime_patch_is_gated_afresh(
     assert raised_for.startswith(f"{second['metadata']['uid']} ")
 
 
-def _gates_script(namespace: str, trainjob: str, check: str, wait_seconds: int) -> str:
-    """The shipped Tekton gates loop, with the values Tekton would put in."""
-    values = {
-        "context.taskRun.namespace": namespace,
-        "params.trainjob": trainjob,
-        "params.check": check,
-        "params.wait-seconds": str(wait_seconds),
-    }
-    task = render.tekton_tasks()["dispatch-kueue-gates"]
-    (gates,) = task["spec"]["steps"]
-    return render.substitute(str(gates["script"]), render.TEKTON_REFERENCE, values.__getitem__)
-
-
-def test_the_tekton_gates_loop_goes_round_until_the_job_has_finished(
+def test_the_gates_loop_goes_round_until_the_job_has_finished(
     step: Step,
     kubelet: Kubelet,
     namespace: str,
@@ -321,13 +308,20 @@ def test_the_tekton_gates_loop_goes_round_until_the_job_has_finished(
     control_plane: Cluster,
     tmp_path: Path,
 ) -> None:
-    """The loop in the step image, run as its pod would (no Tekton controller here): it goes
-    round on admit's 75 (no reservation in wait-seconds), gates an admission, a re-admission
-    after an eviction, and ends with 0 once the TrainJob is Complete."""
+    """bin/dispatch-kueue-gates (the step image's loop that the Argo and Tekton Kueue
+    pipelines run), run as their pods would, the kubelet played: it goes round on admit's 75
+    (no reservation in wait-seconds), gates an admission, a re-admission after an eviction,
+    and ends with 0 once the TrainJob is Complete."""
     kueue.install(cpu="1")
     started = start_queued(step, namespace, torch_runtime, kueue, "gated")
     name, uid = started.result["name"], started.result["uid"]
-    script = _gates_script(namespace, name, kueue.check, wait_seconds=3)
+    loop = [
+        str(BIN / render.GATES),
+        f"--namespace={namespace}",
+        f"--name={name}",
+        f"--check={kueue.check}",
+        "--wait-seconds=3",
+    ]
     env = {"PATH": f"{BIN}:/usr/bin:/bin", "KUBECONFIG": str(control_plane.kubeconfig)}
     log = tmp_path / "gates.log"
 
@@ -336,9 +330,7 @@ def test_the_tekton_gates_loop_goes_round_until_the_job_has_finished(
 
     with (
         log.open("w") as sink,
-        subprocess.Popen(
-            ["/bin/sh", "-c", script], env=env, stdout=subprocess.DEVNULL, stderr=sink
-        ) as gates,
+        subprocess.Popen(loop, env=env, stdout=subprocess.DEVNULL, stderr=sink) as gates,
     ):
         first = kubelet.wait_for_pod(name, restart=0, admission=1)
         # Admitted: the next admit sees nothing to gate in its 3 s and the loop goes round.

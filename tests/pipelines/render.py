@@ -44,9 +44,20 @@ SAMPLES: Final = {
     "step": "admit",
     "exit-code": "6",
 }
-# The shell variables the Tekton gates loop fills from admit's outputs, with sample values.
-SCRIPT_SAMPLES: Final = {
-    "outputs": "/tmp/gate",
+# The Kueue gates loop (bin/dispatch-kueue-gates) runs the steps itself: its invocations are
+# the step calls in its text, its shell variables filled from its flags and, for what admit
+# wrote, sample values.
+GATES: Final = "dispatch-kueue-gates"
+GATES_SCRIPT: Final = PIPELINES.parent / "bin" / GATES
+GATES_FLAGS: Final = {
+    "namespace": "namespace",
+    "name": "name",
+    "check": "check",
+    "wait-seconds": "wait_seconds",
+    "pause-seconds": "pause_seconds",
+}
+GATES_SAMPLES: Final = {
+    "outputs": "/tmp/dispatch-kueue-gates",
     "workload": SAMPLES["workload"],
     "version": SAMPLES["workload-resource-version"],
     "admission": SAMPLES["admission"],
@@ -96,17 +107,38 @@ def _env(container: Manifest, render: Callable[[str], str]) -> dict[str, str]:
     return env
 
 
-def _script_argvs(script: str, render: Callable[[str], str], where: str) -> list[list[str]]:
-    """The step calls in a script: each (backslash-continued) line that runs a dispatch- step."""
+def _gates_argvs(argv: list[str], where: str) -> list[list[str]]:
+    """The step calls dispatch-kueue-gates makes when run with `argv`."""
+    variables = dict(GATES_SAMPLES)
+    for word in argv[1:]:
+        flag, equals, value = word.removeprefix("--").partition("=")
+        assert equals, f"{where}: {GATES} takes --flag=value, not {word!r}"
+        assert flag in GATES_FLAGS, f"{where}: {GATES} has no flag {word!r}"
+        variables[GATES_FLAGS[flag]] = value
 
     def sample(match: re.Match[str]) -> str:
-        assert match.group(1) in SCRIPT_SAMPLES, f"{where}: no sample for ${match.group(1)}"
-        return SCRIPT_SAMPLES[match.group(1)]
+        assert match.group(1) in variables, f"{where}: {GATES} sets no ${match.group(1)}"
+        return variables[match.group(1)]
 
     return [
-        shlex.split(SHELL_VARIABLE.sub(sample, render(line)))
-        for line in script.replace("\\\n", " ").splitlines()
+        shlex.split(SHELL_VARIABLE.sub(sample, line))
+        for line in GATES_SCRIPT.read_text().replace("\\\n", " ").splitlines()
         if line.strip().startswith("dispatch-")
+    ]
+
+
+def expanded(invocation: Invocation) -> list[Invocation]:
+    """The invocation, or for the gates loop the step calls it makes."""
+    if invocation.argv[0] != GATES:
+        return [invocation]
+    return [
+        Invocation(
+            where=f"{invocation.where}, {argv[0]}",
+            argv=argv,
+            env=invocation.env,
+            files=invocation.files,
+        )
+        for argv in _gates_argvs(invocation.argv, invocation.where)
     ]
 
 
@@ -163,9 +195,10 @@ def argo_invocation(path: Path, template: Manifest) -> Invocation:
 def argo_invocations() -> list[Invocation]:
     """Every container template shipped for Argo, rendered."""
     return [
-        argo_invocation(path, template)
+        step_call
         for path, _, template in argo_templates()
         if "container" in template
+        for step_call in expanded(argo_invocation(path, template))
     ]
 
 
@@ -214,13 +247,8 @@ def tekton_invocations(task: Manifest) -> list[Invocation]:
             return substitute(text, TEKTON_REFERENCE, resolve)
 
         env = _env(step, render)
-        if "script" in step:
-            for argv in _script_argvs(step["script"], render, where):
-                at = f"{where}, {argv[0]}"
-                found.append(Invocation(where=at, argv=argv, env=env, files=dict(written)))
-            continue
         argv = _argv(step, render, where)
-        found.append(Invocation(where=where, argv=argv, env=env, files=dict(written)))
+        found += expanded(Invocation(where=where, argv=argv, env=env, files=dict(written)))
         if argv[:2] == ["python3", "-c"] and "REQUEST" in env:
             # The write-request step: later steps see the request at the path it writes
             # (test_invocations runs its program to check it does).

@@ -28,6 +28,7 @@ from tests import policies
 from tests.cluster import binaries
 from tests.cluster.harness import ControlPlane
 from tests.shipped import install_runtime
+from tests.wait import wait_until
 
 # No per-example deadline: tests assert behaviour, not speed (benchmarks measure that), and a
 # deadline trips at random on two busy cores.
@@ -101,6 +102,16 @@ def namespace(
     marker = request.node.get_closest_marker("policies")
     applied: policies.Policies = marker.args[0] if marker else "all"
     core.create_namespace(policies.namespace_body(name, applied))
+    # The ServiceAccount admission plugin refuses pods until the namespace's `default`
+    # ServiceAccount exists (kube-controller-manager makes it within milliseconds).
+    wait_until(
+        lambda: (
+            core.list_namespaced_service_account(name, field_selector="metadata.name=default").items
+            or None
+        ),
+        what=f"ServiceAccount {name}/default",
+        timeout=60,
+    )
     try:
         yield name
     finally:

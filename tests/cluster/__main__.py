@@ -53,7 +53,19 @@ def _install_node_runtime(plane: ControlPlane) -> None:
     )
 
 
-def up(run_dir: Path | None, *, node: bool = True) -> int:
+def _start_engines(plane: ControlPlane) -> None:
+    """Argo's and Tekton's controllers, and the step image in the node for their pods."""
+    from tests.images import engine
+
+    seconds = plane.start_engines()
+    _say(f"Argo Workflows and Tekton controllers ready in {seconds:.1f}s")
+    tag = engine.build_step_image()
+    assert plane.node is not None
+    plane.node.import_images([tag])
+    _say(f"step image {tag} built with images/build.sh and imported into the node")
+
+
+def up(run_dir: Path | None, *, node: bool = True, engines: bool = False) -> int:
     """Start the control plane, print the kubeconfig path, keep running until told to stop."""
     directory = run_dir or Path(tempfile.mkdtemp(prefix="dispatch-k8s-control-plane-"))
     # Explicitly for SIGINT too: a shell starts background jobs with SIGINT ignored.
@@ -66,6 +78,8 @@ def up(run_dir: Path | None, *, node: bool = True) -> int:
         plane.start()
         if node:
             _install_node_runtime(plane)
+        if engines:
+            _start_engines(plane)
         _say(f"ready in {plane.started_seconds:.1f}s; apiserver {plane.server}; Ctrl-C stops it")
         sys.stdout.write(f"{plane.kubeconfig}\n")
         sys.stdout.flush()
@@ -95,9 +109,16 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="without the node (kube-scheduler, containerd, kubelet): pods are never run",
     )
+    start.add_argument(
+        "--engines",
+        action="store_true",
+        help="with the Argo Workflows and Tekton controllers, and the step image on the node",
+    )
     args = parser.parse_args(argv)
+    if args.engines and args.no_node:
+        parser.error("--engines needs the node: their pods run there")
     if args.command == "up":
-        return up(args.dir, node=not args.no_node)
+        return up(args.dir, node=not args.no_node, engines=args.engines)
     return 2
 
 

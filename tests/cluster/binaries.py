@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -55,6 +55,9 @@ class Component:
     binaries: dict[str, str]  # binary name -> main package
     group: str  # "control-plane", or "engines" (Argo and Tekton, built only when asked for)
     tags: tuple[str, ...] = ()  # Go build tags
+    # Symlinks of the upstream repository (path -> target) that its module zip lacks: Go
+    # module zips drop symlinks. Built from a copy of the module that has them back.
+    links: dict[str, str] = field(default_factory=dict)
 
     @property
     def is_engine(self) -> bool:
@@ -92,8 +95,11 @@ class Component:
             self.ldflags(),
             json.dumps(self.binaries, sort_keys=True),
         ]
-        if self.tags:  # untagged components keep the keys they were cached under
+        # Components without tags or links keep the keys they were cached under.
+        if self.tags:
             parts.append(",".join(self.tags))
+        if self.links:
+            parts.append(json.dumps(self.links, sort_keys=True))
         for part in parts:
             digest.update(part.encode())
             digest.update(b"\0")
@@ -111,6 +117,7 @@ def components(*, engines: bool = False) -> list[Component]:
             binaries=dict(entry["binaries"]),
             group=entry.get("group", CONTROL_PLANE),
             tags=tuple(entry.get("tags", ())),
+            links=dict(entry.get("links", {})),
         )
         for name, entry in table.items()
     ]
@@ -198,6 +205,7 @@ def build(component: Component, go_version_text: str) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{component.name}-", dir=target.parent))
     started = time.monotonic()
+    workdir = _with_links_restored(component, staging) if component.links else None
     for binary, package in component.binaries.items():
         _go(
             "build",
@@ -207,12 +215,33 @@ def build(component: Component, go_version_text: str) -> Path:
             "-o",
             str(staging / binary),
             package,
-            cwd=component.wrapper_dir,
+            cwd=workdir or component.wrapper_dir,
         )
+    if workdir is not None:
+        shutil.rmtree(workdir.parent, ignore_errors=True)
     (staging / ".ok").write_text(f"{time.monotonic() - started:.0f}s\n")
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)  # atomic: a half-built entry is never seen as complete
     return target
+
+
+def _with_links_restored(component: Component, staging: Path) -> Path:
+    """A build directory whose wrapper module replaces the component's module with a copy of
+    its source that has the repository's symlinks back; return the wrapper copy."""
+    scratch = Path(tempfile.mkdtemp(prefix=".links-", dir=staging.parent))
+    source = scratch / "source"
+    shutil.copytree(module_dir(component.module, component.version), source)
+    for directory in (source, *source.rglob("*")):
+        if directory.is_dir():
+            directory.chmod(0o755)  # the module cache's are read-only: this copy is removed
+    for path, target in component.links.items():
+        (source / path).symlink_to(target)
+    wrapper = scratch / "wrapper"
+    wrapper.mkdir()
+    for name in ("go.mod", "go.sum"):
+        shutil.copy2(component.wrapper_dir / name, wrapper / name)
+    _go("mod", "edit", f"-replace={component.module}={source}", cwd=wrapper)
+    return wrapper
 
 
 def missing(go_version_text: str | None = None, *, engines: bool = False) -> list[str]:

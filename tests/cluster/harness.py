@@ -26,9 +26,10 @@ from typing import Any, Final, TypeVar
 
 import yaml
 
-from tests.cluster import binaries, certs, controllers, manifests
+from tests.cluster import binaries, certs, controllers, engines, manifests
 from tests.cluster import node as node_module
 from tests.cluster.process import LOOPBACK, Process, free_ports
+from tests.cluster.relay import UnixToLoopback
 from tests.cluster.rest import ApiError, RestClient
 from tests.wait import wait_until
 
@@ -51,6 +52,13 @@ KCM_CONTROLLERS: Final = (
     "pod-garbage-collector-controller",
     # With the node: lifts its not-ready taint once the kubelet reports Ready.
     "node-lifecycle-controller",
+    # Every namespace's `default` ServiceAccount and `kube-root-ca.crt` ConfigMap, which the
+    # ServiceAccount admission plugin's token volume needs: pods on the node (the engines',
+    # the steps') reach the API server with their ServiceAccount's token, as in any cluster.
+    "serviceaccount-controller",
+    "root-ca-certificate-publisher-controller",
+    # The shipped audit CronJob (pipelines/jobs/audit-cronjob.yaml) fires.
+    "cronjob-controller",
 )
 CONTROLLER_ORDER: Final = ("kueue", "jobset", "trainer")
 CLUSTER_NAME: Final = "dispatch-test"
@@ -114,6 +122,7 @@ class ControlPlane:
         self._api_port = 0
         self._rest: RestClient | None = None
         self._controller_ports: dict[str, controllers.ControllerPorts] = {}
+        self._engines_relay: UnixToLoopback | None = None
         self.started_seconds: float | None = None  # how long start() took
         self.node_started_seconds: float | None = None  # of which the node, images included
 
@@ -159,8 +168,50 @@ class ControlPlane:
         """
         for process in reversed(list(self._processes.values())):
             process.stop()
+        if self._engines_relay is not None:
+            self._engines_relay.close()
         if self.node is not None:
             self.node.clean()
+
+    def start_engines(self) -> float:
+        """Start Argo Workflows' and Tekton's controllers on the running plane (once), after
+        building their binaries and images if missing; return the seconds it took.
+
+        See tests/cluster/engines.py: they run on the host in network namespaces of their
+        own, and their pods on the node.
+        """
+        if self.node is None:
+            raise ControlPlaneError("the engines' pods run on the node: start with node=True")
+        began = time.monotonic()
+        if engines.ARGO_CONTROLLER in self._processes:
+            return 0.0
+        paths = binaries.binaries(engines=True)
+        images = engines.ensure_images(paths)
+        self.node.import_images(images.tags())
+        crds = engines.engine_crds(self.rest)
+        self._wait(functools.partial(self._established, crds), what="the engines' CRDs")
+        tekton = engines.engine_source("tekton")
+        engines.apply_all(
+            self.rest,
+            [
+                engines.namespace(engines.ARGO_NAMESPACE),
+                engines.namespace(engines.TEKTON_NAMESPACE),
+                engines.argo_configmap(self._api_port, images),
+                *engines.tekton_configmaps(tekton, self._api_port),
+            ],
+        )
+        launch = engines.EngineLaunch(
+            run_dir=self.run_dir,
+            api_port=self._api_port,
+            kubeconfig=self.kubeconfig,
+            start=lambda name, argv, env: self._process(name, argv, env=env),
+        )
+        self._engines_relay = engines.start_controllers(launch, paths, images)
+        for name, url in engines.READINESS.items():
+            pid = self._processes[name].pid
+            assert pid is not None
+            self._wait(functools.partial(engines.answers_inside, pid, url), what=f"{name} {url}")
+        return time.monotonic() - began
 
     @contextlib.contextmanager
     def stopped(self, component: str) -> Iterator[None]:
@@ -356,8 +407,6 @@ class ControlPlane:
                 "--authorization-mode=RBAC",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--allow-privileged=true",
-                # No ServiceAccount or token controller runs, so pods must not need one.
-                "--disable-admission-plugins=ServiceAccount",
                 # The `kubernetes` Service's endpoint would be 127.0.0.1, which Endpoints
                 # validation refuses (loopback); nothing in-cluster needs it.
                 "--endpoint-reconciler-type=none",
@@ -442,6 +491,7 @@ class ControlPlane:
                 "--leader-elect=false",
                 "--use-service-account-credentials=false",
                 f"--controllers={','.join(KCM_CONTROLLERS)}",
+                f"--root-ca-file={self._pki / 'ca.crt'}",
                 "--profiling=false",
             ],
         )

@@ -19,8 +19,10 @@ Everything stays on loopback and under the run directory (reference/node.md):
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -28,7 +30,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import yaml
 
@@ -42,8 +44,9 @@ PAUSE_IMAGE: Final = "local/pause:3.10"
 TAINT_KEY: Final = "dispatch-k8s.test/real-node"
 TOLERATION: Final = {"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
 SYSCTLS: Final = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
+PROC_SYS: Final = Path("/proc/sys")
+SYSCTL_RECORD: Final = Path("/run/dispatch-k8s/sysctls.json")
 CGROUP_ROOT: Final = Path("/sys/fs/cgroup")
-KUBEPODS: Final = "kubepods"
 CNI_PLUGINS: Final = Path("/usr/lib/cni")
 CLEAN_TIMEOUT: Final = 10.0  # seconds to see the node's last processes gone
 DEBIAN_PACKAGES: Final = ("containerd", "runc", "containernetworking-plugins")
@@ -64,8 +67,11 @@ class Node:
     def __init__(self, run_dir: Path) -> None:
         self.dir = run_dir / "node"
         self.containerd_dir = self.dir / "containerd"
+        # This node's own cgroup parent and pod log directory: another node on the machine
+        # (a second test run) must neither see this node's pods as orphans nor clean them up.
+        self.cgroup_root = f"/dispatch-k8s-{secrets.token_hex(4)}"
+        self.pod_logs = self.dir / "pod-logs"
         self.socket = self.containerd_dir / "containerd.sock"
-        self._sysctls: dict[str, str] = {}
 
     # --- files --------------------------------------------------------------------------
 
@@ -123,6 +129,8 @@ state = "{state}"
             "healthzPort": ports.kubelet_health,
             "readOnlyPort": 0,
             "makeIPTablesUtilChains": False,
+            "cgroupRoot": self.cgroup_root,
+            "podLogsDir": str(self.pod_logs),
             "resolvConf": str(resolv),
             "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,
@@ -148,15 +156,31 @@ state = "{state}"
     # --- sysctls, images ----------------------------------------------------------------
 
     def save_sysctls(self) -> None:
-        """Remember the values the kubelet will change."""
-        for name in SYSCTLS:
-            self._sysctls[name] = (Path("/proc/sys") / name).read_text().strip()
+        """Remember the values the kubelet will change, machine-wide: a node that starts
+        while another runs finds them changed already, so the first node's record of the
+        host's own values is kept until the last node stops."""
+        with _sysctl_record() as record:
+            if not record["originals"]:  # kept from a crashed run: the host's own values
+                record["originals"] = {
+                    name: (PROC_SYS / name).read_text().strip() for name in SYSCTLS
+                }
+            record["holders"].append(self._holder)
 
     def restore_sysctls(self) -> None:
-        """Put back what the kubelet changed."""
-        for name, value in self._sysctls.items():
-            with contextlib.suppress(OSError):
-                (Path("/proc/sys") / name).write_text(value)
+        """Put back what the kubelets changed, once no other node runs on the machine."""
+        with _sysctl_record() as record:
+            if self._holder in record["holders"]:
+                record["holders"].remove(self._holder)
+            if record["holders"]:
+                return
+            for name, value in record["originals"].items():
+                with contextlib.suppress(OSError):
+                    (PROC_SYS / name).write_text(value)
+            record["originals"] = {}
+
+    @property
+    def _holder(self) -> dict[str, object]:
+        return {"pid": os.getpid(), "dir": str(self.dir)}
 
     def ctr(self, *args: str, stdin: Path | None = None) -> str:
         """Run `ctr` against this node's containerd, in the CRI namespace."""
@@ -195,11 +219,12 @@ state = "{state}"
             subprocess.run(["umount", "-l", mount], check=False, capture_output=True)
 
     def remove_cgroups(self) -> None:
-        """Kill what still runs in the kubepods cgroups, then remove them, deepest first.
+        """Kill what still runs in this node's cgroups, then remove them, deepest first.
 
         A container outlives its shim, so stopping containerd alone leaves it running.
         """
-        tops = [h / KUBEPODS for h in _hierarchies() if (h / KUBEPODS).is_dir()]
+        name = self.cgroup_root.strip("/")
+        tops = [h / name for h in _hierarchies() if (h / name).is_dir()]
 
         def emptied() -> bool | None:
             left = _pids_in(tops)
@@ -215,6 +240,12 @@ state = "{state}"
                 with contextlib.suppress(OSError):
                     directory.rmdir()
 
+    def make_cgroup_root(self) -> None:
+        """The node's cgroup parent in every hierarchy (the kubelet needs it to exist)."""
+        for hierarchy in _hierarchies():
+            if hierarchy.is_dir() and (hierarchy / "cgroup.procs").exists():
+                (hierarchy / self.cgroup_root.strip("/")).mkdir(exist_ok=True)
+
     def clean(self) -> None:
         """Leave the host as it was: no containers, mounts, cgroups; sysctls back."""
         self.remove_containers()
@@ -222,6 +253,35 @@ state = "{state}"
         self.remove_cgroups()
         self.restore_sysctls()
         shutil.rmtree(self.containerd_dir / "state", ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _sysctl_record() -> Iterator[dict[str, Any]]:
+    """The machine-wide record of the host's sysctl values and the nodes that changed them,
+    under an exclusive lock; holders whose process is gone are dropped."""
+    SYSCTL_RECORD.parent.mkdir(parents=True, exist_ok=True)
+    with (SYSCTL_RECORD.parent / "sysctls.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            record = json.loads(SYSCTL_RECORD.read_text())
+        except (OSError, ValueError):
+            record = {"originals": {}, "holders": []}
+        record["holders"] = [h for h in record["holders"] if _alive(int(h["pid"]))]
+        yield record
+        if record["originals"]:
+            SYSCTL_RECORD.write_text(json.dumps(record))
+        else:
+            SYSCTL_RECORD.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def pause_source() -> Path:
@@ -294,6 +354,7 @@ def processes(
         ],
     )
     start("containerd", ["containerd", f"--config={node.write_containerd_config()}"])
+    node.make_cgroup_root()
     start(
         "kubelet",
         [

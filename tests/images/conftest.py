@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,9 +10,7 @@ import pytest
 from tests.conftest import Cluster
 from tests.images import engine
 from tests.images.containers import Mount
-from tests.shipped import BUILD_SCRIPT, default_image
-
-BUILD_TIMEOUT = 900  # seconds: a cold build downloads every dependency wheel
+from tests.shipped import default_image
 
 
 @pytest.fixture(scope="session")
@@ -48,17 +43,7 @@ def no_shell_image(docker_engine: None) -> str:
 @pytest.fixture(scope="session")
 def step_image(debian_image: str) -> str:
     """The step image, built by images/build.sh exactly as users build it, on the local base."""
-    done = subprocess.run(
-        # The engine has no bridge network, so build steps share the host's.
-        [str(BUILD_SCRIPT), "--base", debian_image, "--", "--network", "host"],
-        env={**os.environ, "PYTHON": sys.executable},
-        capture_output=True,
-        text=True,
-        timeout=BUILD_TIMEOUT,
-        check=False,
-    )
-    assert done.returncode == 0, f"images/build.sh failed:\n{done.stderr[-4000:]}"
-    tag = done.stdout.strip()
+    tag = engine.build_step_image()
     assert tag == default_image(), f"build.sh printed {tag!r} on stdout, and nothing else"
     return tag
 

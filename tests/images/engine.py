@@ -32,6 +32,7 @@ from tests.wait import wait_until
 DEBIAN_BASE: Final = "local/debian-python:bookworm"
 BUSYBOX: Final = "local/busybox:static"
 NO_SHELL: Final = "local/no-shell:static"
+EXIT_CODES: Final = "local/exit-codes:static"
 DEBIAN_SUITE: Final = "bookworm"
 DEBIAN_MIRROR: Final = os.environ.get("DISPATCH_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 # Everything under these paths is dropped from the debootstrapped tree: package caches and
@@ -47,6 +48,7 @@ TRIMMED: Final = (
 # in, and what the tests' user commands call.
 BUSYBOX_LINKS: Final = ("sh", "printf", "env", "cat")
 ENGINE_START_TIMEOUT: Final = 90.0
+STEP_IMAGE_BUILD_TIMEOUT: Final = 900  # seconds: a cold build downloads every dependency wheel
 
 
 class EngineUnavailable(RuntimeError):
@@ -151,11 +153,17 @@ def _import(tag: str, tarball: bytes) -> None:
     _docker("import", "-", tag, stdin=tarball)
 
 
-def _import_tree(tag: str, root: Path) -> None:
+def import_tarball(tag: str, tarball: bytes, *, changes: list[str]) -> None:
+    """Make `tag` from a root filesystem tarball, with Dockerfile instructions (ENV, ...)."""
+    flags = [word for change in changes for word in ("--change", change)]
+    _docker("import", *flags, "-", tag, stdin=tarball)
+
+
+def _import_tree(tag: str, root: Path, *, changes: tuple[str, ...] | list[str] = ()) -> None:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         archive.add(root, arcname=".")
-    _import(tag, buffer.getvalue())
+    import_tarball(tag, buffer.getvalue(), changes=list(changes))
 
 
 def ensure_debian_base() -> None:
@@ -247,6 +255,31 @@ def ensure_no_shell_image() -> None:
         _import(NO_SHELL, _single_binary_tar(static_busybox(), "app", ()))
 
 
+STAND_IN_STEP: Final = """#!/bin/sh
+for word; do
+  case $word in --name=exit-*) exit "${word#--name=exit-}" ;; esac
+done
+exit 1
+"""
+
+
+def ensure_exit_code_image(steps: list[str]) -> None:
+    """Make EXIT_CODES: a stand-in step image whose every step (`steps`, on PATH) exits with
+    the code its --name names (`--name=exit-3` exits 3): to see what an engine does with
+    each code a real step can end with, without arranging the cause of each."""
+    if image_exists(EXIT_CODES):
+        return
+    with tempfile.TemporaryDirectory(dir=cache_dir()) as work:
+        root = Path(work)
+        (root / "bin").mkdir()
+        shutil.copy2(static_busybox(), root / "bin" / "busybox")
+        (root / "bin" / "sh").symlink_to("busybox")
+        for step in steps:
+            (root / "bin" / step).write_text(STAND_IN_STEP)
+            (root / "bin" / step).chmod(0o755)
+        _import_tree(EXIT_CODES, root, changes=["ENV PATH=/bin"])
+
+
 def ensure_pause_image(tag: str, source: Path) -> None:
     """Make `tag`: the Kubernetes pause program, compiled statically from its C source."""
     if image_exists(tag):
@@ -260,6 +293,26 @@ def ensure_pause_image(tag: str, source: Path) -> None:
         )
         tarball = _single_binary_tar(binary, "pause", ())
         _docker("import", "--change", 'ENTRYPOINT ["/pause"]', "-", tag, stdin=tarball)
+
+
+def build_step_image() -> str:
+    """The step image, built by images/build.sh exactly as users build it, on the local
+    Debian base (made first if missing); returns the tag build.sh printed."""
+    from tests.shipped import BUILD_SCRIPT
+
+    ensure_debian_base()
+    done = subprocess.run(
+        # The engine has no bridge network, so build steps share the host's.
+        [str(BUILD_SCRIPT), "--base", DEBIAN_BASE, "--", "--network", "host"],
+        env={**os.environ, "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=STEP_IMAGE_BUILD_TIMEOUT,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise EngineUnavailable(f"images/build.sh failed:\n{done.stderr[-4000:]}")
+    return done.stdout.strip()
 
 
 def prepare() -> None:

@@ -247,3 +247,20 @@ def admit_and_approve(step: Runner, namespace: str, name: str, check: str) -> St
             assert approved.code == 0, approved.error
             return admitted
     raise AssertionError(f"approve kept failing its precondition: {approved.error}")
+
+
+def reset_jobset(custom: client.CustomObjectsApi, namespace: str, name: str) -> str:
+    """Delete the JobSet as a person would; return the UID of the one Trainer rebuilds."""
+    old = read_jobset(custom, namespace, name)["metadata"]["uid"]
+    custom.delete_namespaced_custom_object(
+        *JOBSET, namespace, "jobsets", name, propagation_policy="Foreground"
+    )
+
+    def rebuilt() -> str | None:
+        try:
+            uid = str(read_jobset(custom, namespace, name)["metadata"]["uid"])
+        except client.ApiException:
+            return None
+        return uid if uid != old else None
+
+    return wait_until(rebuilt, what=f"Trainer to rebuild JobSet {name}", timeout=DEADLINE)

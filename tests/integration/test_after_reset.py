@@ -15,19 +15,16 @@ from kubernetes import client
 from core import wire
 from tests.integration.conftest import Step, start_args, start_queued, wait_suspended
 from tests.integration.lifecycle import (
-    DEADLINE,
-    JOBSET,
     TRAINER,
     Execution,
     Kubelet,
     admit_and_approve,
-    read_jobset,
     read_trainjob,
+    reset_jobset,
     run_stage,
     wait_for_drained_jobset,
 )
 from tests.kueue_objects import KueueSetup
-from tests.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.policies("none")]
 
@@ -41,23 +38,6 @@ def fail_twice(kubelet: Kubelet, name: str, admission: int) -> list[Execution]:
         if restart < 2:
             kubelet.set_phase(pod, "Failed")
     return executions
-
-
-def reset_jobset(custom: client.CustomObjectsApi, namespace: str, name: str) -> str:
-    """Delete the JobSet as a person would; return the UID of the one Trainer rebuilds."""
-    old = read_jobset(custom, namespace, name)["metadata"]["uid"]
-    custom.delete_namespaced_custom_object(
-        *JOBSET, namespace, "jobsets", name, propagation_policy="Foreground"
-    )
-
-    def rebuilt() -> str | None:
-        try:
-            uid = str(read_jobset(custom, namespace, name)["metadata"]["uid"])
-        except client.ApiException:
-            return None
-        return uid if uid != old else None
-
-    return wait_until(rebuilt, what=f"Trainer to rebuild JobSet {name}", timeout=DEADLINE)
 
 
 def clear_flag(custom: client.CustomObjectsApi, namespace: str, name: str, uid: str) -> None:

@@ -1,60 +1,22 @@
-"""Fixtures of the real-node suite: a runtime whose pods run on the node, and their logs."""
+"""Fixtures of the real-node suite (tests/node/fixtures.py), and the integration, image and
+pipeline suites' fixtures it shares."""
 
 from __future__ import annotations
 
-import pytest
-from kubernetes import client
-
-from tests.cluster.node import Node
-from tests.conftest import Cluster
-from tests.images import engine
 from tests.images.conftest import debian_image, docker_engine, step_image
 from tests.integration.conftest import custom, kueue, step
-from tests.node.executions import NODE_RUNTIME, TRAINER, node_runtime
+from tests.node.fixtures import real_node_runtime, step_image_on_node, training_images
 from tests.pipelines.conftest import steps_identity
 
-
-@pytest.fixture(scope="session")
-def real_node_runtime(api_client: client.ApiClient) -> str:
-    """The node runtime, installed once."""
-    try:
-        client.CustomObjectsApi(api_client).create_cluster_custom_object(
-            *TRAINER, "clustertrainingruntimes", node_runtime()
-        )
-    except client.ApiException as e:
-        if e.status != 409:
-            raise
-    return NODE_RUNTIME
-
-
-def _local_node(control_plane: Cluster) -> Node:
-    if control_plane.plane is None or control_plane.plane.node is None:
-        pytest.skip("imports images into the local node's containerd")
-    return control_plane.plane.node
-
-
-@pytest.fixture(scope="session")
-def training_images(control_plane: Cluster, debian_image: str) -> dict[str, str]:
-    """The node's training images beyond busybox: Debian, and one without a shell."""
-    engine.ensure_no_shell_image()
-    _local_node(control_plane).import_images([debian_image, engine.NO_SHELL])
-    return {"debian": debian_image, "no-shell": engine.NO_SHELL}
-
-
-@pytest.fixture(scope="session")
-def step_image_on_node(step_image: str, control_plane: Cluster) -> str:
-    """The step image, built as users build it, imported into the node's containerd."""
-    _local_node(control_plane).import_images([step_image])
-    return step_image
-
-
-# The integration and image suites' fixtures, shared.
 __all__ = [
     "custom",
     "debian_image",
     "docker_engine",
     "kueue",
+    "real_node_runtime",
     "step",
     "step_image",
+    "step_image_on_node",
     "steps_identity",
+    "training_images",
 ]

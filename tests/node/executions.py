@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
+import yaml
 from kubernetes import client
 
 from core import wire
 from core.identity import Counts, Identity, attempt_token, epoch
+from tests.cluster.engines import loopback_api_env
 from tests.cluster.node import TOLERATION
+from tests.cluster.process import LOOPBACK
 from tests.images.engine import BUSYBOX
 from tests.integration.lifecycle import as_dict
 from tests.shipped import TORCH_RUNTIME, documents
@@ -39,6 +44,7 @@ def node_runtime() -> dict[str, Any]:
 
 
 IDENTITY: Final = Identity(job_id="on-node", generation=3, submission=7, attempt=1)
+PREEMPTOR: Final = Identity(job_id="preemptor", generation=3, submission=7, attempt=1)
 # The training command: print what this execution is, fail the first one (J = 0) after a
 # moment, and otherwise run until told to stop.
 SHOW: Final = 'printf "%s %s\\n" "$DISPATCH_EPOCH" "$DISPATCH_ATTEMPT"; '
@@ -113,3 +119,24 @@ def expected(admission: int, restart: int, identity: Identity = IDENTITY) -> tup
     """The epoch and attempt the formulas give for A and J."""
     counts = Counts(admission=admission, restart=restart)
     return epoch(identity, counts), attempt_token(identity, counts)
+
+
+def api_port(kubeconfig: Path) -> int:
+    """The API server's loopback port, from an admin kubeconfig of the local plane."""
+    cluster = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]
+    url = urlsplit(cluster["server"])
+    assert url.hostname == LOOPBACK, "pods on the node reach the API server on loopback"
+    assert url.port is not None
+    return int(url.port)
+
+
+def on_the_node(pod: dict[str, Any], port: int) -> dict[str, Any]:
+    """A pod spec as it runs on this node: with no Service network, the host network, the
+    node's toleration, and the API server's loopback address in the env in-cluster clients
+    read. The token, CA and namespace are the ServiceAccount admission plugin's."""
+    pod = copy.deepcopy(pod)
+    pod["hostNetwork"] = True
+    pod["tolerations"] = [TOLERATION]
+    for container in pod["containers"]:
+        container["env"] = [*(container.get("env") or []), *loopback_api_env(port)]
+    return pod

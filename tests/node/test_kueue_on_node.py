@@ -3,12 +3,9 @@ re-admission, each execution's R read from what its own process printed."""
 
 from __future__ import annotations
 
-from typing import Final
-
 import pytest
 from kubernetes import client
 
-from core.identity import Identity
 from tests.integration.conftest import Step
 from tests.integration.lifecycle import admit_and_approve
 from tests.kueue_objects import KueueSetup, condition
@@ -16,6 +13,7 @@ from tests.node.executions import (
     DEADLINE,
     FINISHES,
     IDENTITY,
+    PREEMPTOR,
     RUNS,
     expected,
     printed,
@@ -24,7 +22,6 @@ from tests.node.executions import (
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
-PREEMPTOR: Final = Identity(job_id="preemptor", generation=3, submission=7, attempt=1)
 
 
 def queued(kueue: KueueSetup, priority: str) -> list[str]:

@@ -1,8 +1,8 @@
 """Argo Workflows and Tekton CRDs, read from their Go modules in the module cache.
 
-Pinned in tests/cluster/crd-versions.toml. Only the CRDs are installed: the API server then
-validates WorkflowTemplates, CronWorkflows, Tasks and Pipelines against the engines' own
-structural schemas, without either engine running.
+Pinned with the engines' controllers in tests/cluster/versions.toml (the entries with `crds`).
+The API server validates WorkflowTemplates, CronWorkflows, Tasks and Pipelines against the
+engines' own structural schemas, whether or not the engines run (tests/cluster/engines.py).
 
 `python -m tests.pipelines.crds download` fills the module cache (scripts/setup runs it).
 """
@@ -24,7 +24,7 @@ from tests.cluster import binaries
 from tests.pipelines import kube
 from tests.wait import wait_until
 
-VERSIONS_FILE: Final = binaries.HERE / "crd-versions.toml"
+VERSIONS_FILE: Final = binaries.VERSIONS_FILE
 CRD_API: Final = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
 ESTABLISHED_TIMEOUT: Final = 60.0
 
@@ -40,7 +40,7 @@ class CrdModule:
 
 
 def pinned() -> list[CrdModule]:
-    """The pinned engines, as crd-versions.toml lists them."""
+    """The pinned engines, as versions.toml lists them."""
     table = tomllib.loads(VERSIONS_FILE.read_text())
     return [
         CrdModule(
@@ -50,6 +50,7 @@ def pinned() -> list[CrdModule]:
             crds=tuple(entry["crds"]),
         )
         for name, entry in table.items()
+        if "crds" in entry
     ]
 
 

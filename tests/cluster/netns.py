@@ -1,0 +1,47 @@
+"""Run a program in a network namespace of its own that reaches the API server only.
+
+    unshare --net -- python -m tests.cluster.netns --socket S --port P -- PROGRAM ARGS...
+
+Inside the new namespace: bring its loopback up, listen on 127.0.0.1:P, relay every
+connection to the Unix socket S (which tests/cluster/relay.py's UnixToLoopback leads to the
+API server), and run PROGRAM. Whatever PROGRAM listens on, on any interface, is reachable from
+this namespace only: nothing of it is on the host's interfaces. Exits with PROGRAM's status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from tests.cluster.relay import LOOPBACK, dial_unix, relay_forever
+
+
+def main(argv: list[str]) -> int:
+    """Entry point (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog="python -m tests.cluster.netns")
+    parser.add_argument("--socket", type=Path, required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("program", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    program = args.program[1:] if args.program[:1] == ["--"] else args.program
+    if not program:
+        parser.error("no program to run")
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    listener = socket.create_server((LOOPBACK, args.port))
+    threading.Thread(
+        target=relay_forever, args=(listener, dial_unix(args.socket)), daemon=True
+    ).start()
+    # The harness signals the whole process group: PROGRAM gets the TERM itself, and this
+    # process waits for it to end rather than leaving it behind. A handler, not SIG_IGN:
+    # an ignored signal would stay ignored in PROGRAM across exec.
+    signal.signal(signal.SIGTERM, lambda _signal, _frame: None)
+    return subprocess.run(program, check=False).returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,106 @@
+"""Byte relays that carry the API server into a network namespace of its own.
+
+The engines' controllers listen on every interface on ports they will not move
+(reference/engines.md), so each runs in a network namespace whose only interface is its own
+loopback (tests/cluster/netns.py). A Unix socket is the one way in: the filesystem is shared
+across namespaces. Outside, `UnixToLoopback` accepts on that socket and connects to the API
+server's loopback port; inside, netns.py listens on the same loopback port and connects to the
+socket. TLS passes through untouched, so the controller's kubeconfig is the admin one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Final
+
+LOOPBACK: Final = "127.0.0.1"
+CHUNK: Final = 65536
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    """Copy until `source` ends, then pass the end on; the other direction carries on."""
+    with contextlib.suppress(OSError):
+        while data := source.recv(CHUNK):
+            sink.sendall(data)
+    with contextlib.suppress(OSError):
+        sink.shutdown(socket.SHUT_WR)
+
+
+def _serve(connection: socket.socket, dial: Callable[[], socket.socket]) -> None:
+    try:
+        upstream = dial()
+    except OSError:
+        connection.close()
+        return
+    back = threading.Thread(target=_pump, args=(upstream, connection), daemon=True)
+    back.start()
+    _pump(connection, upstream)
+    back.join()
+    connection.close()
+    upstream.close()
+
+
+def relay_forever(listener: socket.socket, dial: Callable[[], socket.socket]) -> None:
+    """Accept on `listener` until it is closed; join each connection to a new `dial()`."""
+    while True:
+        try:
+            connection, _ = listener.accept()
+        except OSError:  # closed: the relay is done
+            return
+        threading.Thread(target=_serve, args=(connection, dial), daemon=True).start()
+
+
+def dial_unix(path: Path) -> Callable[[], socket.socket]:
+    """A dialer of the Unix socket at `path`."""
+
+    def dial() -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(str(path))
+        return sock
+
+    return dial
+
+
+def dial_loopback(port: int) -> Callable[[], socket.socket]:
+    """A dialer of `port` on 127.0.0.1."""
+    return lambda: socket.create_connection((LOOPBACK, port))
+
+
+class UnixToLoopback:
+    """Outside the namespaces: a Unix socket at `path` that leads to 127.0.0.1:`port`."""
+
+    def __init__(self, path: Path, port: int) -> None:
+        path.unlink(missing_ok=True)
+        self.path = path
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(str(path))
+        self._listener.listen(64)
+        self._thread = threading.Thread(
+            target=relay_forever, args=(self._listener, dial_loopback(port)), daemon=True
+        )
+
+    def start(self) -> UnixToLoopback:
+        """Start relaying (in a daemon thread); return self."""
+        self._thread.start()
+        return self
+
+    def __enter__(self) -> UnixToLoopback:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop accepting (open connections end with their peers) and remove the socket."""
+        self._listener.close()
+        self.path.unlink(missing_ok=True)

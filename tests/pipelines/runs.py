@@ -1,0 +1,258 @@
+"""Runs on the real engines: submit a Workflow from a WorkflowTemplate or a PipelineRun of a
+Pipeline, as `argo submit --from` and `tkn pipeline start` do, and read what they ended with."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from kubernetes import client
+
+from tests.images.engine import BUSYBOX
+from tests.integration.lifecycle import as_dict, reset_jobset
+from tests.node.executions import IDENTITY, printed
+from tests.pipelines import kube
+from tests.pipelines.identity import SERVICE_ACCOUNT
+from tests.shipped import PIPELINES, documents
+from tests.wait import wait_until
+
+ARGO: Final = ("argoproj.io", "v1alpha1")
+TEKTON: Final = ("tekton.dev", "v1")
+ARGO_DONE: Final = frozenset({"Succeeded", "Failed", "Error"})
+RUN_TIMEOUT: Final = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """How a run ended: its phase (Argo) or Succeeded reason (Tekton), and its object."""
+
+    succeeded: bool
+    phase: str
+    body: dict[str, Any]
+
+    def nodes(self, template: str) -> list[dict[str, Any]]:
+        """Argo: the pod nodes that ran `template`, oldest first."""
+        found = [
+            node
+            for node in (self.body.get("status", {}).get("nodes") or {}).values()
+            if node.get("type") == "Pod"
+            and template in (node.get("templateName"), node.get("templateRef", {}).get("template"))
+        ]
+        return sorted(found, key=lambda node: str(node.get("startedAt")))
+
+    def outputs(self, template: str) -> dict[str, str]:
+        """Argo: the output parameters of the last pod node that ran `template`."""
+        (*_, last) = self.nodes(template)
+        parameters = (last.get("outputs") or {}).get("parameters") or []
+        return {p["name"]: p.get("value", "") for p in parameters}
+
+    def results(self) -> dict[str, str]:
+        """Tekton: the PipelineRun's results."""
+        return {r["name"]: r["value"] for r in self.body.get("status", {}).get("results") or []}
+
+
+def _get(api: client.ApiClient, group_version: tuple[str, str], path: str) -> dict[str, Any]:
+    return kube.request(api, "GET", f"/apis/{'/'.join(group_version)}/{path}")
+
+
+def submit_workflow(
+    api: client.ApiClient, namespace: str, template: str, parameters: Mapping[str, str]
+) -> str:
+    """A Workflow from WorkflowTemplate `template` with `parameters`; returns its name."""
+    workflow = {
+        "apiVersion": "/".join(ARGO),
+        "kind": "Workflow",
+        "metadata": {"generateName": f"{template}-"},
+        "spec": {
+            "workflowTemplateRef": {"name": template},
+            "arguments": {"parameters": [{"name": k, "value": v} for k, v in parameters.items()]},
+        },
+    }
+    return str(kube.apply(api, workflow, namespace=namespace)["metadata"]["name"])
+
+
+def workflow_ended(
+    api: client.ApiClient, namespace: str, name: str, *, timeout: float = RUN_TIMEOUT
+) -> Ended:
+    """Wait for Workflow `name` to end."""
+
+    def ended() -> Ended | None:
+        body = _get(api, ARGO, f"namespaces/{namespace}/workflows/{name}")
+        phase = str(body.get("status", {}).get("phase") or "")
+        return Ended(phase == "Succeeded", phase, body) if phase in ARGO_DONE else None
+
+    return wait_until(ended, what=f"Workflow {name} to end", timeout=timeout)
+
+
+def start_pipeline(
+    api: client.ApiClient,
+    namespace: str,
+    pipeline: str,
+    params: Mapping[str, str],
+    *,
+    timeout: str | None = None,
+) -> str:
+    """A PipelineRun of `pipeline` with `params`, as the dispatch-steps ServiceAccount."""
+    spec: dict[str, Any] = {
+        "pipelineRef": {"name": pipeline},
+        "params": [{"name": k, "value": v} for k, v in params.items()],
+        "taskRunTemplate": {"serviceAccountName": SERVICE_ACCOUNT},
+    }
+    if timeout is not None:
+        spec["timeouts"] = {"pipeline": timeout}
+    run = {
+        "apiVersion": "/".join(TEKTON),
+        "kind": "PipelineRun",
+        "metadata": {"generateName": f"{pipeline}-"},
+        "spec": spec,
+    }
+    return str(kube.apply(api, run, namespace=namespace)["metadata"]["name"])
+
+
+def pipeline_run_ended(
+    api: client.ApiClient, namespace: str, name: str, *, timeout: float = RUN_TIMEOUT
+) -> Ended:
+    """Wait for PipelineRun `name` to end."""
+
+    def ended() -> Ended | None:
+        body = _get(api, TEKTON, f"namespaces/{namespace}/pipelineruns/{name}")
+        for condition in body.get("status", {}).get("conditions") or []:
+            if condition["type"] == "Succeeded" and condition["status"] != "Unknown":
+                return Ended(condition["status"] == "True", condition.get("reason", ""), body)
+        return None
+
+    return wait_until(ended, what=f"PipelineRun {name} to end", timeout=timeout)
+
+
+def task_runs(api: client.ApiClient, namespace: str, run: str) -> list[dict[str, Any]]:
+    """The TaskRuns of PipelineRun `run`, oldest first."""
+    listed = kube.request(
+        api,
+        "GET",
+        f"/apis/{'/'.join(TEKTON)}/namespaces/{namespace}/taskruns",
+        query=[("labelSelector", f"tekton.dev/pipelineRun={run}")],
+    )
+    return sorted(listed["items"], key=lambda t: str(t["metadata"]["creationTimestamp"]))
+
+
+ARGO_FILES: Final = (
+    PIPELINES / "rbac" / "argo-executor.yaml",
+    PIPELINES / "argo" / "steps.yaml",
+    PIPELINES / "argo" / "plain.yaml",
+    PIPELINES / "argo" / "kueue.yaml",
+    PIPELINES / "argo" / "audit-cron.yaml",
+)
+TEKTON_FILES: Final = (PIPELINES / "tekton" / "tasks.yaml", PIPELINES / "tekton" / "pipelines.yaml")
+
+
+def install_shipped(api: client.ApiClient, namespace: str, files: tuple[Path, ...]) -> None:
+    """The shipped manifests of `files` in `namespace`, exactly as written."""
+    for path in files:
+        for document in documents(path):
+            kube.apply(api, document, namespace=namespace)
+
+
+def start_request(
+    namespace: str,
+    runtime: str,
+    *,
+    train: str,
+    queue: str | None = None,
+    job_id: str = IDENTITY.job_id,
+) -> dict[str, Any]:
+    """A start request (README: the start request) whose training command is `train`."""
+    request: dict[str, Any] = {
+        "namespace": namespace,
+        "runtime_name": runtime,
+        "job_id": job_id,
+        "generation": IDENTITY.generation,
+        "submission": IDENTITY.submission,
+        "attempt": IDENTITY.attempt,
+        "image": BUSYBOX,
+        "command": ["/bin/sh", "-c", train],
+    }
+    if queue is not None:
+        request["queue"] = queue
+    return request
+
+
+QUIET_ROUND: Final = '"exit_code": 75'  # admit's log line when no reservation came in time
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Gates:
+    """A dispatch-kueue Workflow whose gates loop runs: what it started, how far it went."""
+
+    trainjob: str
+    trainjob_uid: str
+    quiet: int  # rounds that ended with admit's 75 (no reservation within wait-seconds)
+    pod_nodes: int
+    phase: str
+
+
+def gates(api: client.ApiClient, namespace: str, workflow: str) -> Gates | None:
+    """The gates of Workflow `workflow` once its loop's pod runs, else None."""
+    body = _get(api, ARGO, f"namespaces/{namespace}/workflows/{workflow}")
+    ended = Ended(False, str(body.get("status", {}).get("phase") or ""), body)
+    if not ended.nodes("start") or not ended.nodes("kueue-gates"):
+        return None
+    started = ended.outputs("start")
+    core = client.CoreV1Api(api)
+    listed = as_dict(
+        core.list_namespaced_pod(
+            namespace, label_selector=f"workflows.argoproj.io/workflow={workflow}"
+        )
+    )
+    running = [
+        p["metadata"]["name"]
+        for p in listed["items"]
+        if "kueue-gates" in p["metadata"]["name"] and p["status"].get("phase") != "Pending"
+    ]
+    if not running:
+        return None
+    log = core.read_namespaced_pod_log(running[0], namespace, container="main")
+    return Gates(
+        trainjob=started["name"],
+        trainjob_uid=started["uid"],
+        quiet=str(log).count(QUIET_ROUND),
+        pod_nodes=sum(1 for n in body["status"]["nodes"].values() if n.get("type") == "Pod"),
+        phase=ended.phase,
+    )
+
+
+def gates_running(api: client.ApiClient, namespace: str, workflow: str) -> Gates:
+    """Wait until the gates loop of Workflow `workflow` runs."""
+    return wait_until(
+        lambda: gates(api, namespace, workflow),
+        what=f"the gates loop of {workflow} to run",
+        timeout=RUN_TIMEOUT,
+    )
+
+
+def reset_after_one_restart(
+    api: client.ApiClient, namespace: str, name: str, *, audit: Callable[[], int]
+) -> None:
+    """Run TrainJob `name` (its TRAIN command fails J = 0) to J = 1 and audit it, so the
+    audit records that execution; then reset its JobSet (R repeats from J = 0)."""
+    core = client.CoreV1Api(api)
+    printed(core, namespace, name, restart=1, admission=1)
+    assert audit() == 0, "records J = 1 and its execution"
+    reset_jobset(client.CustomObjectsApi(api), namespace, name)
+    printed(core, namespace, name, restart=0, admission=1)
+
+
+def started_trainjob(api: client.ApiClient, namespace: str, run: str) -> str:
+    """The TrainJob the `start` task of PipelineRun `run` created, once it has."""
+
+    def name() -> str | None:
+        for task_run in task_runs(api, namespace, run):
+            if task_run["metadata"]["labels"].get("tekton.dev/pipelineTask") != "start":
+                continue
+            for result in task_run.get("status", {}).get("results") or []:
+                if result["name"] == "name":
+                    return str(result["value"])
+        return None
+
+    return wait_until(name, what=f"the start task of {run}", timeout=RUN_TIMEOUT)

@@ -1,0 +1,312 @@
+"""The shipped Argo WorkflowTemplates and CronWorkflow run by the real Argo Workflows
+controller, their steps in the step image on the real node, and the training pods they open
+printing R (DISPATCH_EPOCH and DISPATCH_ATTEMPT) read from their own logs."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Final
+
+import pytest
+from kubernetes import client
+
+from tests.conftest import Cluster
+from tests.integration.conftest import Step
+from tests.integration.lifecycle import as_dict, run_stage
+from tests.kueue_objects import KueueSetup, condition
+from tests.node.executions import (
+    FINISHES,
+    IDENTITY,
+    PREEMPTOR,
+    RUNS,
+    TRAIN,
+    api_port,
+    expected,
+    on_the_node,
+    printed,
+)
+from tests.pipelines import kube
+from tests.pipelines.render import JOBS
+from tests.pipelines.runs import (
+    ARGO_FILES,
+    Gates,
+    gates,
+    gates_running,
+    install_shipped,
+    reset_after_one_restart,
+    start_request,
+    submit_workflow,
+    workflow_ended,
+)
+from tests.shipped import Manifest, default_image, documents
+from tests.wait import wait_until
+
+pytestmark = [
+    pytest.mark.engines,
+    pytest.mark.pipelines,
+    pytest.mark.node,
+    pytest.mark.images,
+    pytest.mark.cluster,
+]
+ROUNDS: Final = 200  # issue 10: the loop must outlast a long job's many quiet rounds
+LOOP_TIMEOUT: Final = 1800.0
+
+
+@pytest.fixture
+def argo(
+    api_client: client.ApiClient, namespace: str, steps_identity: object, engines: float
+) -> str:
+    """The shipped Argo manifests in the test's namespace, as the README installs them."""
+    install_shipped(api_client, namespace, ARGO_FILES)
+    return namespace
+
+
+def test_open_hold_release_each_print_the_next_r(
+    api_client: client.ApiClient, argo: str, real_node_runtime: str, step_image_on_node: str
+) -> None:
+    namespace, core = argo, client.CoreV1Api(api_client)
+    request = json.dumps(start_request(namespace, real_node_runtime, train=RUNS))
+    image = {"image": step_image_on_node}
+
+    def run(template: str, **parameters: str) -> dict[str, dict[str, str]]:
+        name = submit_workflow(api_client, namespace, template, {**image, **parameters})
+        ended = workflow_ended(api_client, namespace, name)
+        assert ended.succeeded, ended.phase
+        return {t: ended.outputs(t) for t in ("start", "unsuspend", "hold") if ended.nodes(t)}
+
+    opened = run("dispatch-open", request=request)
+    name = opened["start"]["name"]
+    assert opened["unsuspend"]["admission"] == "1"
+    first = printed(core, namespace, name, restart=0, admission=1)
+    assert (first.epoch, first.attempt) == expected(1, 0)
+
+    assert run("dispatch-hold", trainjob=name)["hold"]["held"] == "true"
+    released = run("dispatch-release", trainjob=name)
+    assert released["unsuspend"]["admission"] == "2"
+    second = printed(core, namespace, name, restart=0, admission=2)
+    assert (second.epoch, second.attempt) == expected(2, 0)
+    assert second.epoch > first.epoch
+
+
+def test_the_kueue_loop_outlasts_200_rounds_then_gates_a_preemption_and_readmission(
+    api_client: client.ApiClient,
+    argo: str,
+    real_node_runtime: str,
+    step_image_on_node: str,
+    kueue: KueueSetup,
+) -> None:
+    namespace, core = argo, client.CoreV1Api(api_client)
+    low, high = f"{namespace}-low", f"{namespace}-high"
+    kueue.install(cpu="1", priorities={low: 10, high: 1000})
+
+    def queued(priority: str, train: str, job_id: str) -> str:
+        request = start_request(
+            namespace, real_node_runtime, train=train, queue=kueue.local_queue, job_id=job_id
+        )
+        request |= {"resources_per_node": {"requests": {"cpu": "1"}}, "priority_class": priority}
+        parameters = {
+            "request": json.dumps(request),
+            "image": step_image_on_node,
+            "check": kueue.check,
+            "wait-seconds": "1",  # a quiet round: no reservation within 1 s, exit 75
+            "pause-seconds": "0",
+        }
+        return submit_workflow(api_client, namespace, "dispatch-kueue", parameters)
+
+    victim = queued(low, RUNS, IDENTITY.job_id)
+    first_round = gates_running(api_client, namespace, victim)
+    name = first_round.trainjob
+    first = printed(core, namespace, name, restart=0, admission=1)
+    assert (first.epoch, first.attempt) == expected(1, 0)
+
+    rounds = wait_until(
+        lambda: _after(gates(api_client, namespace, victim), ROUNDS),
+        what=f"the gates to go round {ROUNDS} times",
+        timeout=LOOP_TIMEOUT,
+    )
+    assert rounds.pod_nodes == 2, "start and the gates: the workflow does not grow"
+    assert rounds.phase == "Running"
+
+    preemptor = queued(high, FINISHES, PREEMPTOR.job_id)
+    preempted = gates_running(api_client, namespace, preemptor)
+    ran = printed(core, namespace, preempted.trainjob, restart=0, admission=1)
+    assert (ran.epoch, ran.attempt) == expected(1, 0, PREEMPTOR)
+    # The preemptor's command ends: its Workload finishes, its loop ends with 0, the
+    # victim is admitted again through its loop, with A raised for the new reservation.
+    done = workflow_ended(api_client, namespace, preemptor)
+    assert done.succeeded, done.phase
+    second = printed(core, namespace, name, restart=0, admission=2)
+    assert (second.epoch, second.attempt) == expected(2, 0)
+    assert second.epoch > first.epoch
+    assert second.pod != first.pod
+    workload = kueue.workload_of(first_round.trainjob_uid)
+    assert workload is not None
+    assert condition(workload, "Admitted") == "True"
+
+
+# The JobSet guard refuses the reset itself: it happens where no policy is installed.
+@pytest.mark.policies("none")
+def test_a_jobset_reset_is_flagged_by_the_scheduled_audits_and_stops_the_release(
+    api_client: client.ApiClient,
+    argo: str,
+    real_node_runtime: str,
+    step_image_on_node: str,
+    step: Step,
+    control_plane: Cluster,
+) -> None:
+    """J restarts at 0 after the JobSet is rebuilt: R would repeat. The CronWorkflow's and
+    the CronJob's audits flag it (exit 7, not retried), and the release stops at its audit."""
+    namespace = argo
+    request = json.dumps(start_request(namespace, real_node_runtime, train=TRAIN))
+    image = {"image": step_image_on_node}
+    opened = workflow_ended(
+        api_client,
+        namespace,
+        submit_workflow(api_client, namespace, "dispatch-open", {**image, "request": request}),
+    )
+    assert opened.succeeded, opened.phase
+    name = opened.outputs("start")["name"]
+    target = ("--namespace", namespace, "--name", name)
+    reset_after_one_restart(
+        api_client, namespace, name, audit=lambda: run_stage(step, "audit", *target).code
+    )
+
+    (cron,) = documents(ARGO_FILES[-1])
+    cron["spec"]["schedules"] = ["* * * * *"]  # every minute, not every 15
+    cron["spec"]["workflowSpec"]["arguments"]["parameters"] = [
+        {"name": "trainjob", "value": name},
+        {"name": "image", "value": step_image_on_node},
+    ]
+    kube.apply(api_client, cron, namespace=namespace)
+    fired = wait_until(
+        lambda: _workflows_of_cron(api_client, namespace, cron["metadata"]["name"]) or None,
+        what="the CronWorkflow to fire",
+        timeout=150,
+    )
+    audited = workflow_ended(api_client, namespace, fired[0])
+    assert not audited.succeeded
+    (audit,) = audited.nodes("audit")  # one attempt: 7 is for a person, never retried
+    assert audit["outputs"]["exitCode"] == "7"
+
+    cron_job = _every_minute(documents(JOBS / "audit-cronjob.yaml")[0], name, control_plane)
+    kube.apply(api_client, cron_job, namespace=namespace)
+    failure = wait_until(
+        lambda: _job_failure(api_client, namespace, cron_job["metadata"]["name"]),
+        what="the CronJob's audit Job to fail",
+        timeout=180,
+    )
+    assert failure["reason"] == "PodFailurePolicy", failure
+    assert "exit code 7" in failure["message"], failure
+    assert failure["failed"] == 1, "FailJob at once: 7 is not rerun"
+
+    released = workflow_ended(
+        api_client,
+        namespace,
+        submit_workflow(api_client, namespace, "dispatch-release", {**image, "trainjob": name}),
+    )
+    assert not released.succeeded
+    (audit,) = released.nodes("audit")
+    assert audit["outputs"]["exitCode"] == "7"
+    assert not released.nodes("unsuspend"), "nothing is released past a flagged reset"
+
+
+def _every_minute(cron_job: Manifest, trainjob: str, control_plane: Cluster) -> Manifest:
+    """The shipped audit CronJob for `trainjob`, every minute, its pod shaped for the node."""
+    cron_job = copy.deepcopy(cron_job)
+    cron_job["spec"]["schedule"] = "* * * * *"
+    job = cron_job["spec"]["jobTemplate"]["spec"]
+    pod = job["template"]["spec"] = on_the_node(
+        job["template"]["spec"], api_port(control_plane.kubeconfig)
+    )
+    (container,) = pod["containers"]
+    container["image"] = default_image()
+    next(e for e in container["env"] if e["name"] == "DISPATCH_NAME")["value"] = trainjob
+    return cron_job
+
+
+def _job_failure(api: client.ApiClient, namespace: str, cron_job: str) -> Manifest | None:
+    """The Failed condition of the CronJob's first Job, once it has failed."""
+    for job in as_dict(client.BatchV1Api(api).list_namespaced_job(namespace))["items"]:
+        owners = job["metadata"].get("ownerReferences") or []
+        if not any(o["name"] == cron_job for o in owners):
+            continue
+        for found in job.get("status", {}).get("conditions") or []:
+            if found["type"] == "Failed" and found["status"] == "True":
+                return {**found, "failed": job["status"].get("failed")}
+    return None
+
+
+def _workflows_of_cron(api: client.ApiClient, namespace: str, cron: str) -> list[str]:
+    listed = kube.request(
+        api,
+        "GET",
+        f"/apis/argoproj.io/v1alpha1/namespaces/{namespace}/workflows",
+        query=[("labelSelector", f"workflows.argoproj.io/cron-workflow={cron}")],
+    )
+    return [w["metadata"]["name"] for w in listed["items"]]
+
+
+@pytest.mark.parametrize(("code", "attempts"), [(3, 4), (75, 4), (6, 1), (7, 1)])
+def test_argo_retries_exit_3_and_75_and_never_6_or_7(
+    api_client: client.ApiClient, argo: str, exit_code_image: str, code: int, attempts: int
+) -> None:
+    """The shipped retryStrategy on the real engine: a stand-in step exits with `code`."""
+    parameters = {"trainjob": f"exit-{code}", "image": exit_code_image}
+    ended = workflow_ended(
+        api_client, argo, submit_workflow(api_client, argo, "dispatch-hold", parameters)
+    )
+    assert not ended.succeeded
+    tried = ended.nodes("hold")
+    assert [node["outputs"]["exitCode"] for node in tried] == [str(code)] * attempts
+
+
+def _after(loop: Gates | None, rounds: int) -> Gates | None:
+    return loop if loop is not None and loop.quiet >= rounds else None
+
+
+def test_argo_ends_a_loop_of_templates_at_its_recursion_limit(
+    api_client: client.ApiClient, argo: str
+) -> None:
+    """Why the Kueue loop is one container: a template that calls itself once per round (as
+    the earlier dispatch-kueue did per admission) fails at Argo's nesting limit, with no pod
+    run at all here (each round is a `when` and a call)."""
+    workflow = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"generateName": "template-loop-"},
+        "spec": {
+            "entrypoint": "round",
+            "arguments": {"parameters": [{"name": "n", "value": "0"}]},
+            "templates": [
+                {
+                    "name": "round",
+                    "inputs": {"parameters": [{"name": "n"}]},
+                    "steps": [
+                        [
+                            {
+                                "name": "next",
+                                "template": "round",
+                                "when": "{{inputs.parameters.n}} < 1000",
+                                "arguments": {
+                                    "parameters": [
+                                        {
+                                            "name": "n",
+                                            "value": "{{=asInt(inputs.parameters.n) + 1}}",
+                                        }
+                                    ]
+                                },
+                            }
+                        ]
+                    ],
+                }
+            ],
+        },
+    }
+    name = kube.apply(api_client, workflow, namespace=argo)["metadata"]["name"]
+    ended = workflow_ended(api_client, argo, name)
+    assert not ended.succeeded
+    messages = [str(n.get("message", "")) for n in ended.body["status"]["nodes"].values()]
+    assert any("Maximum recursion depth exceeded" in m for m in messages), messages[:3]
+    rounds = sum(1 for n in ended.body["status"]["nodes"].values() if n["type"] == "Steps")
+    assert rounds < 1000

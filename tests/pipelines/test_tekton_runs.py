@@ -1,0 +1,195 @@
+"""The shipped Tekton Tasks and Pipelines run by the real Tekton controller, their steps in the
+step image on the real node, and the training pods they open printing R."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.integration.conftest import Step
+from tests.integration.lifecycle import run_stage
+from tests.kueue_objects import KueueSetup
+from tests.node.executions import (
+    FINISHES,
+    IDENTITY,
+    PREEMPTOR,
+    RUNS,
+    TRAIN,
+    expected,
+    printed,
+)
+from tests.pipelines import kube
+from tests.pipelines.runs import (
+    TEKTON_FILES,
+    Ended,
+    install_shipped,
+    pipeline_run_ended,
+    reset_after_one_restart,
+    start_pipeline,
+    start_request,
+    started_trainjob,
+    task_runs,
+)
+from tests.shipped import documents
+
+pytestmark = [
+    pytest.mark.engines,
+    pytest.mark.pipelines,
+    pytest.mark.node,
+    pytest.mark.images,
+    pytest.mark.cluster,
+]
+
+
+@pytest.fixture
+def tekton(
+    api_client: client.ApiClient, namespace: str, steps_identity: object, engines: float
+) -> str:
+    """The shipped Tekton manifests in the test's namespace, as the README installs them."""
+    install_shipped(api_client, namespace, TEKTON_FILES)
+    return namespace
+
+
+def _run(api: client.ApiClient, namespace: str, pipeline: str, **params: str) -> Ended:
+    return pipeline_run_ended(api, namespace, start_pipeline(api, namespace, pipeline, params))
+
+
+def _exit_codes(task_run: dict[str, Any]) -> list[int]:
+    """The exit codes of a TaskRun's attempts: its retries first, then its last."""
+    attempts = [*(task_run["status"].get("retriesStatus") or []), task_run["status"]]
+    return [
+        step["terminated"]["exitCode"]
+        for attempt in attempts
+        for step in attempt.get("steps") or []
+        if "terminated" in step
+    ]
+
+
+def test_open_hold_release_each_print_the_next_r(
+    api_client: client.ApiClient, tekton: str, real_node_runtime: str, step_image_on_node: str
+) -> None:
+    namespace, core = tekton, client.CoreV1Api(api_client)
+    request = json.dumps(start_request(namespace, real_node_runtime, train=RUNS))
+    image = step_image_on_node
+
+    opened = _run(api_client, namespace, "dispatch-open", request=request, image=image)
+    assert opened.succeeded, opened.phase
+    name = opened.results()["trainjob"]
+    assert opened.results()["admission"] == "1"
+    first = printed(core, namespace, name, restart=0, admission=1)
+    assert (first.epoch, first.attempt) == expected(1, 0)
+
+    held = _run(api_client, namespace, "dispatch-hold", trainjob=name, image=image)
+    assert held.succeeded, held.phase
+    released = _run(api_client, namespace, "dispatch-release", trainjob=name, image=image)
+    assert released.succeeded, released.phase
+    second = printed(core, namespace, name, restart=0, admission=2)
+    assert (second.epoch, second.attempt) == expected(2, 0)
+    assert second.epoch > first.epoch
+
+
+def test_the_kueue_pipeline_gates_a_preemption_and_readmission(
+    api_client: client.ApiClient,
+    tekton: str,
+    real_node_runtime: str,
+    step_image_on_node: str,
+    kueue: KueueSetup,
+) -> None:
+    namespace, core = tekton, client.CoreV1Api(api_client)
+    low, high = f"{namespace}-low", f"{namespace}-high"
+    kueue.install(cpu="1", priorities={low: 10, high: 1000})
+
+    def queued(priority: str, train: str, job_id: str) -> str:
+        request = start_request(
+            namespace, real_node_runtime, train=train, queue=kueue.local_queue, job_id=job_id
+        )
+        request |= {"resources_per_node": {"requests": {"cpu": "1"}}, "priority_class": priority}
+        params = {
+            "request": json.dumps(request),
+            "image": step_image_on_node,
+            "check": kueue.check,
+            "wait-seconds": "2",
+            "pause-seconds": "1",
+        }
+        return start_pipeline(api_client, namespace, "dispatch-kueue", params, timeout="0")
+
+    victim = queued(low, RUNS, IDENTITY.job_id)
+    name = started_trainjob(api_client, namespace, victim)
+    first = printed(core, namespace, name, restart=0, admission=1)
+    assert (first.epoch, first.attempt) == expected(1, 0)
+
+    preemptor = queued(high, FINISHES, PREEMPTOR.job_id)
+    preempting = started_trainjob(api_client, namespace, preemptor)
+    ran = printed(core, namespace, preempting, restart=0, admission=1)
+    assert (ran.epoch, ran.attempt) == expected(1, 0, PREEMPTOR)
+    done = pipeline_run_ended(api_client, namespace, preemptor)
+    assert done.succeeded, done.phase  # its gates ended with 0 once it had finished
+
+    second = printed(core, namespace, name, restart=0, admission=2)
+    assert (second.epoch, second.attempt) == expected(2, 0)
+    assert second.epoch > first.epoch
+
+
+# The JobSet guard refuses the reset itself: it happens where no policy is installed.
+@pytest.mark.policies("none")
+def test_a_jobset_reset_stops_the_release_at_its_audit(
+    api_client: client.ApiClient,
+    tekton: str,
+    real_node_runtime: str,
+    step_image_on_node: str,
+    step: Step,
+) -> None:
+    namespace = tekton
+    request = json.dumps(start_request(namespace, real_node_runtime, train=TRAIN))
+    image = step_image_on_node
+    opened = _run(api_client, namespace, "dispatch-open", request=request, image=image)
+    assert opened.succeeded, opened.phase
+    name = opened.results()["trainjob"]
+    target = ("--namespace", namespace, "--name", name)
+    reset_after_one_restart(
+        api_client, namespace, name, audit=lambda: run_stage(step, "audit", *target).code
+    )
+
+    released = _run(api_client, namespace, "dispatch-release", trainjob=name, image=image)
+    assert not released.succeeded
+    runs = {
+        r["metadata"]["labels"]["tekton.dev/pipelineTask"]: r
+        for r in task_runs(api_client, namespace, released.body["metadata"]["name"])
+    }
+    assert _exit_codes(runs["audit"]) == [7]
+    assert "unsuspend" not in runs, "nothing is released past a flagged reset"
+
+
+@pytest.mark.parametrize("code", [3, 75, 6, 7])
+def test_the_shipped_pipelines_never_retry(
+    api_client: client.ApiClient, tekton: str, exit_code_image: str, code: int
+) -> None:
+    """Tekton cannot retry by exit code, so the shipped Pipelines retry nothing: one attempt
+    whatever the code (the Kueue loop goes round itself instead)."""
+    ended = _run(
+        api_client, tekton, "dispatch-hold", trainjob=f"exit-{code}", image=exit_code_image
+    )
+    assert not ended.succeeded
+    (hold,) = task_runs(api_client, tekton, ended.body["metadata"]["name"])
+    assert _exit_codes(hold) == [code]
+
+
+def test_tekton_retries_retry_a_refusal_too(
+    api_client: client.ApiClient, tekton: str, exit_code_image: str
+) -> None:
+    """Why: `retries` on a PipelineTask reruns a failed task whatever its exit code, a
+    refusal (6) as much as a conflict (3)."""
+    pipeline = copy.deepcopy(
+        next(p for p in documents(TEKTON_FILES[1]) if p["metadata"]["name"] == "dispatch-hold")
+    )
+    pipeline["metadata"]["name"] = "hold-with-retries"
+    pipeline["spec"]["tasks"][0]["retries"] = 2
+    kube.apply(api_client, pipeline, namespace=tekton)
+    ended = _run(api_client, tekton, "hold-with-retries", trainjob="exit-6", image=exit_code_image)
+    assert not ended.succeeded
+    (hold,) = task_runs(api_client, tekton, ended.body["metadata"]["name"])
+    assert _exit_codes(hold) == [6, 6, 6]

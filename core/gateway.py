@@ -8,22 +8,15 @@ writes only where the server surely did not apply them (429, connection refused)
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-import urllib3
-from kubernetes import client, config, watch
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
-from loguru import logger
-
-from core import events, wire
+from core import events, shapes, wire
 from core.errors import (
     BadInput,
     DispatchError,
@@ -34,17 +27,19 @@ from core.errors import (
     Transient,
 )
 
+if TYPE_CHECKING:  # imported where first used: a step that never connects never pays for them
+    from kubernetes.client import ApiClient
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.client.rest import RESTResponse
+
 T = TypeVar("T")
 ATTEMPTS: Final = 4
 FIRST_BACKOFF: Final = 0.5  # seconds; doubled after each failed attempt
 REQUEST_TIMEOUT: Final = 15  # seconds per request: with ATTEMPTS, a dead server costs ~1 min
-# urllib3's own default retries would resend a PUT whose answer was lost (it counts PUT as
-# idempotent) and multiply every timeout by four: _call is the only retry layer.
-NO_RETRIES: Final = urllib3.util.Retry(total=0, connect=0, read=0, redirect=0, status=0)
 WATCH_GRACE: Final = 15  # seconds past a watch's own timeout before its connection is given up
 POLL_INTERVAL: Final = 1.0  # seconds between reads while a step waits out a passing state
 EVENT_TIMEOUT: Final = 5  # seconds: an Event is best effort and must not hold a step up
-PAGE_SIZE: Final = 200
+PAGE_SIZE: Final = 500  # kubectl's --chunk-size: one page of a large pod list at a time
 TRAINJOBS: Final = "trainjobs"
 JOBSETS: Final = "jobsets"
 WORKLOADS: Final = "workloads"
@@ -52,6 +47,15 @@ RUNTIME_PLURALS: Final = {
     "ClusterTrainingRuntime": "clustertrainingruntimes",
     "TrainingRuntime": "trainingruntimes",
 }
+JSON: Final = "application/json"
+APPLY_PATCH: Final = "application/apply-patch+yaml"
+Query = Iterable[tuple[str, str | int | bool]]
+
+
+def _custom_path(group: str, version: str, namespace: str | None, plural: str) -> str:
+    """The REST path of a collection; `/{name}` after it names one object."""
+    prefix = "/api/v1" if not group else f"/apis/{group}/{version}"
+    return f"{prefix}/namespaces/{namespace}/{plural}" if namespace else f"{prefix}/{plural}"
 
 
 def _status_message(error: ApiException) -> str:
@@ -90,6 +94,9 @@ def error_for(error: ApiException, what: str) -> DispatchError:
 
 
 def _retryable(error: Exception, *, write: bool) -> bool:
+    import urllib3
+    from kubernetes.client.exceptions import ApiException
+
     if isinstance(error, ApiException):
         status = error.status or 0
         return status == 429 or (not write and status >= 500)
@@ -101,6 +108,9 @@ def _retryable(error: Exception, *, write: bool) -> bool:
 
 
 def _call(request: Callable[[], T], *, what: str, write: bool = False) -> T:
+    import urllib3
+    from kubernetes.client.exceptions import ApiException
+
     backoff = FIRST_BACKOFF
     for attempt in range(1, ATTEMPTS + 1):
         try:
@@ -117,25 +127,33 @@ def _call(request: Callable[[], T], *, what: str, write: bool = False) -> T:
 
 
 def as_object(value: Any) -> dict[str, Any]:
-    """Narrow what the client returns to the plain JSON dict every caller works with."""
-    if hasattr(value, "to_dict"):
-        value = client.ApiClient().sanitize_for_serialization(value)  # type: ignore[no-untyped-call]
+    """Narrow a decoded JSON body to the plain dict every caller works with."""
     if not isinstance(value, dict):
         raise TypeError(f"expected a JSON object, got {type(value).__name__}")
     return value
 
 
 class Gateway:
-    """A connection to one cluster; each method is one API request."""
+    """A connection to one cluster; each method is one API request.
 
-    def __init__(self, api: client.ApiClient) -> None:
-        self._custom = client.CustomObjectsApi(api)
-        self._core = client.CoreV1Api(api)
+    Requests go through the client's `ApiClient` (its configuration, auth, TLS and timeouts)
+    but not its generated API classes: those cost ~0.5 s to build (CoreV1Api's module alone
+    is 63k lines), and their models are a round trip the steps do not need. Bodies are read
+    as plain JSON.
+    """
+
+    def __init__(self, api: ApiClient) -> None:
+        self._api = api
 
     @classmethod
     def connect(cls, *, kubeconfig: Path | None, context: str | None) -> Gateway:
         """In-cluster config inside a pod, else the kubeconfig (DESIGN §3)."""
-        configuration = client.Configuration()
+        import urllib3
+        from kubernetes import config
+        from kubernetes.client import ApiClient, Configuration
+        from kubernetes.config.config_exception import ConfigException
+
+        configuration = Configuration()
         try:
             if os.environ.get("KUBERNETES_SERVICE_HOST") and kubeconfig is None:
                 config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
@@ -147,44 +165,73 @@ class Gateway:
                 )
         except (ConfigException, OSError) as e:
             raise BadInput(f"cannot load cluster credentials: {e}".replace("\n", " ")) from e
-        configuration.retries = NO_RETRIES
-        return cls(client.ApiClient(configuration))
+        # urllib3's own default retries would resend a PUT whose answer was lost (it counts PUT
+        # as idempotent) and multiply every timeout by four: _call is the only retry layer.
+        configuration.retries = urllib3.util.Retry(total=0, connect=0, read=0, redirect=0, status=0)
+        return cls(ApiClient(configuration))
+
+    # Requests
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Query = (),
+        body: Any = None,
+        content_type: str = JSON,
+        timeout: float | tuple[float, float] = REQUEST_TIMEOUT,
+    ) -> RESTResponse:
+        """Send one request, its body unread; a status outside 2xx is an ApiException."""
+        from kubernetes.client.exceptions import ApiException
+
+        headers = {"Accept": JSON}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        request = self._api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list(query),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self._api.call_api(*request, _request_timeout=timeout)
+        if not 200 <= response.status <= 299:
+            data: bytes = response.read()  # type: ignore[no-untyped-call]
+            text = data.decode("utf-8", errors="replace") if data else None
+            raise ApiException.from_response(http_resp=response, body=text, data=None)
+        return response
+
+    def _json(self, method: str, path: str, **options: Any) -> dict[str, Any]:
+        response = self._send(method, path, **options)
+        data: bytes = response.read()  # type: ignore[no-untyped-call]
+        return as_object(json.loads(data))
+
+    def _get(self, path: str, *, what: str, query: Query = ()) -> dict[str, Any]:
+        return _call(lambda: self._json("GET", path, query=query), what=what)
+
+    def _write(
+        self, method: str, path: str, body: Any, *, what: str, **options: Any
+    ) -> dict[str, Any]:
+        return _call(lambda: self._json(method, path, body=body, **options), what=what, write=True)
 
     # TrainJobs
 
     def read_trainjob(self, namespace: str, name: str) -> dict[str, Any]:
         """GET one TrainJob."""
-        return as_object(
-            _call(
-                lambda: self._custom.get_namespaced_custom_object(
-                    wire.TRAINER_GROUP,
-                    wire.TRAINER_VERSION,
-                    namespace,
-                    TRAINJOBS,
-                    name,
-                    _request_timeout=REQUEST_TIMEOUT,
-                ),
-                what=f"TrainJob {namespace}/{name}",
-            )
-        )
+        path = _custom_path(wire.TRAINER_GROUP, wire.TRAINER_VERSION, namespace, TRAINJOBS)
+        return self._get(f"{path}/{name}", what=f"TrainJob {namespace}/{name}")
 
     def create_trainjob(self, trainjob: Mapping[str, Any]) -> dict[str, Any] | None:
         """POST a TrainJob; None when one of that name already exists."""
+        from kubernetes.client.exceptions import ApiException
+
         meta = trainjob["metadata"]
         what = f"TrainJob {meta['namespace']}/{meta['name']}"
+        path = _custom_path(wire.TRAINER_GROUP, wire.TRAINER_VERSION, meta["namespace"], TRAINJOBS)
         try:
-            created = _call(
-                lambda: self._custom.create_namespaced_custom_object(
-                    wire.TRAINER_GROUP,
-                    wire.TRAINER_VERSION,
-                    meta["namespace"],
-                    TRAINJOBS,
-                    dict(trainjob),
-                    _request_timeout=REQUEST_TIMEOUT,
-                ),
-                what=what,
-                write=True,
-            )
+            return self._write("POST", path, dict(trainjob), what=what)
         except PreconditionFailed as e:
             cause = e.__cause__
             if (
@@ -194,51 +241,23 @@ class Gateway:
             ):
                 return None
             raise
-        return as_object(created)
 
     def update_trainjob(self, trainjob: Mapping[str, Any], resource_version: str) -> dict[str, Any]:
         """PUT the TrainJob only if the server still holds `resource_version` (else 409)."""
         meta = trainjob["metadata"]
         body = {**trainjob, "metadata": {**meta, "resourceVersion": resource_version}}
-        return as_object(
-            _call(
-                lambda: self._custom.replace_namespaced_custom_object(
-                    wire.TRAINER_GROUP,
-                    wire.TRAINER_VERSION,
-                    meta["namespace"],
-                    TRAINJOBS,
-                    meta["name"],
-                    body,
-                    _request_timeout=REQUEST_TIMEOUT,
-                ),
-                what=f"TrainJob {meta['namespace']}/{meta['name']}",
-                write=True,
-            )
-        )
+        path = _custom_path(wire.TRAINER_GROUP, wire.TRAINER_VERSION, meta["namespace"], TRAINJOBS)
+        what = f"TrainJob {meta['namespace']}/{meta['name']}"
+        return self._write("PUT", f"{path}/{meta['name']}", body, what=what)
 
     # Runtimes and JobSets
 
     def read_runtime(self, kind: str, name: str, namespace: str) -> dict[str, Any]:
         """GET the (Cluster)TrainingRuntime a TrainJob names."""
+        scope = None if kind == "ClusterTrainingRuntime" else namespace
         plural = RUNTIME_PLURALS[kind]
-        if kind == "ClusterTrainingRuntime":
-            request: Callable[[], Any] = lambda: self._custom.get_cluster_custom_object(  # noqa: E731
-                wire.TRAINER_GROUP,
-                wire.TRAINER_VERSION,
-                plural,
-                name,
-                _request_timeout=REQUEST_TIMEOUT,
-            )
-        else:
-            request = lambda: self._custom.get_namespaced_custom_object(  # noqa: E731
-                wire.TRAINER_GROUP,
-                wire.TRAINER_VERSION,
-                namespace,
-                plural,
-                name,
-                _request_timeout=REQUEST_TIMEOUT,
-            )
-        return as_object(_call(request, what=f"{kind} {name}"))
+        path = _custom_path(wire.TRAINER_GROUP, wire.TRAINER_VERSION, scope, plural)
+        return self._get(f"{path}/{name}", what=f"{kind} {name}")
 
     def find_runtime(self, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
         """GET a (Cluster)TrainingRuntime; None when it is gone."""
@@ -251,20 +270,9 @@ class Gateway:
 
     def read_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
         """GET the JobSet Trainer made for a TrainJob; None before it exists."""
+        path = _custom_path(wire.JOBSET_GROUP, wire.JOBSET_VERSION, namespace, JOBSETS)
         try:
-            return as_object(
-                _call(
-                    lambda: self._custom.get_namespaced_custom_object(
-                        wire.JOBSET_GROUP,
-                        wire.JOBSET_VERSION,
-                        namespace,
-                        JOBSETS,
-                        name,
-                        _request_timeout=REQUEST_TIMEOUT,
-                    ),
-                    what=f"JobSet {namespace}/{name}",
-                )
-            )
+            return self._get(f"{path}/{name}", what=f"JobSet {namespace}/{name}")
         except NotFound:
             return None
 
@@ -283,33 +291,15 @@ class Gateway:
 
     def read_workload(self, namespace: str, name: str) -> dict[str, Any]:
         """GET one Workload."""
-        return as_object(
-            _call(
-                lambda: self._custom.get_namespaced_custom_object(
-                    wire.KUEUE_GROUP,
-                    wire.KUEUE_VERSION,
-                    namespace,
-                    WORKLOADS,
-                    name,
-                    _request_timeout=REQUEST_TIMEOUT,
-                ),
-                what=f"Workload {namespace}/{name}",
-            )
-        )
+        path = _custom_path(wire.KUEUE_GROUP, wire.KUEUE_VERSION, namespace, WORKLOADS)
+        return self._get(f"{path}/{name}", what=f"Workload {namespace}/{name}")
 
     def _list_workloads(self, namespace: str, label_selector: str) -> dict[str, Any]:
-        return as_object(
-            _call(
-                lambda: self._custom.list_namespaced_custom_object(
-                    wire.KUEUE_GROUP,
-                    wire.KUEUE_VERSION,
-                    namespace,
-                    WORKLOADS,
-                    label_selector=label_selector,
-                    _request_timeout=REQUEST_TIMEOUT,
-                ),
-                what=f"Workloads {namespace} ({label_selector})",
-            )
+        path = _custom_path(wire.KUEUE_GROUP, wire.KUEUE_VERSION, namespace, WORKLOADS)
+        return self._get(
+            path,
+            query=[("labelSelector", label_selector)],
+            what=f"Workloads {namespace} ({label_selector})",
         )
 
     def list_workloads(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
@@ -320,32 +310,40 @@ class Gateway:
         self, namespace: str, label_selector: str, *, timeout: float
     ) -> Iterator[dict[str, Any]]:
         """Every version of the matching Workloads: the current ones, then changes."""
+        import urllib3
+        from kubernetes.client.exceptions import ApiException
+
         deadline = time.monotonic() + timeout
         listed = self._list_workloads(namespace, label_selector)
         yield from listed.get("items") or []
         version = listed["metadata"]["resourceVersion"]
+        path = _custom_path(wire.KUEUE_GROUP, wire.KUEUE_VERSION, namespace, WORKLOADS)
+        what = f"watch Workloads {namespace}"
         while (left := deadline - time.monotonic()) > 0:
-            stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
-                self._custom.list_namespaced_custom_object,
-                wire.KUEUE_GROUP,
-                wire.KUEUE_VERSION,
-                namespace,
-                WORKLOADS,
-                label_selector=label_selector,
-                resource_version=version,
-                timeout_seconds=max(1, int(left)),
-                allow_watch_bookmarks=True,
-                # The server ends the watch at timeout_seconds; a connection that stops
-                # answering without closing (no FIN) must end too, not hang the step.
-                _request_timeout=(REQUEST_TIMEOUT, left + WATCH_GRACE),
-            )
-            what = f"watch Workloads {namespace}"
             try:
-                for event in stream:
-                    obj = as_object(event["object"])
-                    version = obj.get("metadata", {}).get("resourceVersion", version)
-                    if event["type"] in ("ADDED", "MODIFIED"):
-                        yield obj
+                response = self._send(
+                    "GET",
+                    path,
+                    query=[
+                        ("labelSelector", label_selector),
+                        ("resourceVersion", version),
+                        ("timeoutSeconds", max(1, int(left))),
+                        ("allowWatchBookmarks", True),
+                        ("watch", True),
+                    ],
+                    # The server ends the watch at timeoutSeconds; a connection that stops
+                    # answering without closing (no FIN) must end too, not hang the step.
+                    timeout=(REQUEST_TIMEOUT, left + WATCH_GRACE),
+                )
+                try:
+                    for event in _watch_events(response):
+                        obj = as_object(event["object"])
+                        version = obj.get("metadata", {}).get("resourceVersion", version)
+                        if event["type"] in ("ADDED", "MODIFIED"):
+                            yield obj
+                finally:  # also when the caller stops early: the connection is not reused
+                    response.response.close()
+                    response.response.release_conn()
             except ApiException as e:
                 if e.status == 410:  # the watch window expired: list again from now
                     yield from self.watch_workloads(
@@ -359,23 +357,14 @@ class Gateway:
     def apply_workload_status(self, workload: Mapping[str, Any], *, manager: str) -> dict[str, Any]:
         """Server-side apply to workloads/status; the body's resourceVersion is the precondition."""
         meta = workload["metadata"]
-        return as_object(
-            _call(
-                lambda: self._custom.patch_namespaced_custom_object_status(
-                    wire.KUEUE_GROUP,
-                    wire.KUEUE_VERSION,
-                    meta["namespace"],
-                    WORKLOADS,
-                    meta["name"],
-                    dict(workload),
-                    field_manager=manager,
-                    force=True,
-                    _content_type="application/apply-patch+yaml",
-                    _request_timeout=REQUEST_TIMEOUT,
-                ),
-                what=f"Workload {meta['namespace']}/{meta['name']} status",
-                write=True,
-            )
+        path = _custom_path(wire.KUEUE_GROUP, wire.KUEUE_VERSION, meta["namespace"], WORKLOADS)
+        return self._write(
+            "PATCH",
+            f"{path}/{meta['name']}/status",
+            dict(workload),
+            query=[("fieldManager", manager), ("force", True)],
+            content_type=APPLY_PATCH,  # JSON is YAML: the client sends the dict as JSON
+            what=f"Workload {meta['namespace']}/{meta['name']} status",
         )
 
     # Events
@@ -390,16 +379,17 @@ class Gateway:
         step: str,
     ) -> bool:
         """POST one Event about a TrainJob, best effort: a failure is logged, never raised."""
+        import urllib3
+        from kubernetes.client.exceptions import ApiException
+        from loguru import logger
+
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = events.build_event(
             trainjob, event_type=event_type, reason=reason, message=message, step=step, now=now
         )
+        path = _custom_path("", "v1", event["metadata"]["namespace"], "events")
         try:
-            self._core.create_namespaced_event(
-                event["metadata"]["namespace"],
-                event,  # type: ignore[arg-type]  # the client sends a dict body as it is
-                _request_timeout=EVENT_TIMEOUT,
-            )
+            self._json("POST", path, body=event, timeout=EVENT_TIMEOUT)
         except ApiException as e:
             logger.bind(status=e.status).warning(
                 f"cannot record Event {event['reason']}: {e.status} {_status_message(e)}"
@@ -414,38 +404,56 @@ class Gateway:
 
     def list_jobs(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         """LIST batch/v1 Jobs (a JobSet's child Jobs are few: one request)."""
-        listed = _call(
-            lambda: self._custom.list_namespaced_custom_object(
-                "batch",
-                "v1",
-                namespace,
-                "jobs",
-                label_selector=label_selector,
-                _request_timeout=REQUEST_TIMEOUT,
-            ),
+        listed = self._get(
+            _custom_path("batch", "v1", namespace, "jobs"),
+            query=[("labelSelector", label_selector)],
             what=f"Jobs {namespace} ({label_selector})",
         )
-        return list(as_object(listed).get("items") or [])
+        return list(listed.get("items") or [])
 
     # Pods
 
     def list_pods(self, namespace: str, label_selector: str) -> Iterator[dict[str, Any]]:
-        """LIST pods page by page, so a large JobSet never loads at once."""
+        """LIST pods page by page, so a large JobSet never loads at once.
+
+        Each page is decoded from its JSON body and dropped once its pods are passed on, so
+        memory stays one page whatever the pod count. No field selector narrows the list: the
+        audit reads finished pods too (their J, their slot), so none would be exact.
+        """
+        path = _custom_path("", "v1", namespace, "pods")
         token: str | None = None
         while True:
-            page = _call(
-                functools.partial(
-                    self._core.list_namespaced_pod,
-                    namespace,
-                    label_selector=label_selector,
-                    limit=PAGE_SIZE,
-                    _continue=token,
-                    _request_timeout=REQUEST_TIMEOUT,
-                ),
-                what=f"pods {namespace} ({label_selector})",
-            )
-            listed = as_object(page)
-            yield from listed.get("items") or []
-            token = (listed.get("metadata") or {}).get("continue")
+            query: list[tuple[str, str | int | bool]] = [
+                ("labelSelector", label_selector),
+                ("limit", PAGE_SIZE),
+            ]
+            if token:
+                query.append(("continue", token))
+            page = self._get(path, query=query, what=f"pods {namespace} ({label_selector})")
+            items = page.pop("items", None) or []
+            token = (page.get("metadata") or {}).get("continue")
+            del page
+            items.reverse()  # pop from the end: each pod is freed once it has been passed on
+            while items:
+                yield items.pop()
             if not token:
                 return
+
+
+def _watch_events(response: RESTResponse) -> Iterator[dict[str, Any]]:
+    """The events of a watch response, one JSON object a line; an ERROR event is raised."""
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.watch.watch import iter_resp_lines
+
+    for line in iter_resp_lines(response.response):  # type: ignore[no-untyped-call]
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # as the client's own Watch: a line that is not JSON is skipped
+        if event.get("type") == "ERROR":
+            status = shapes.mapping(event.get("object"))
+            reason = f"{status.get('reason')}: {status.get('message')}"
+            raise ApiException(status=status.get("code"), reason=reason)
+        yield event

@@ -133,6 +133,33 @@ def as_object(value: Any) -> dict[str, Any]:
     return value
 
 
+def kubeconfig_files(kubeconfig: Path | None) -> list[Path]:
+    """The kubeconfig files the client reads: the one given, else $KUBECONFIG's, else ~/.kube."""
+    if kubeconfig is not None:
+        return [kubeconfig]
+    listed = os.environ.get("KUBECONFIG") or "~/.kube/config"  # the client's own default
+    return [Path(word).expanduser() for word in listed.split(os.pathsep) if word]
+
+
+def _check_context(kubeconfig: Path | None, context: str, *, where: str) -> None:
+    """Raise BadInput naming a `context` the kubeconfig does not have."""
+    from kubernetes import config
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        contexts, _ = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
+            config_file=str(kubeconfig) if kubeconfig else None
+        )
+    except (ConfigException, OSError, TypeError, AttributeError):
+        return  # not even the contexts can be read: the load's own error says why
+    names = sorted(str(entry.get("name")) for entry in contexts or [] if isinstance(entry, dict))
+    if context not in names:
+        raise BadInput(
+            f"context {context} is not in kubeconfig {where} (its contexts: "
+            f"{', '.join(names) or 'none'})"
+        )
+
+
 class Gateway:
     """A connection to one cluster; each method is one API request.
 
@@ -154,8 +181,18 @@ class Gateway:
         from kubernetes.config.config_exception import ConfigException
 
         configuration = Configuration()
+        in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and kubeconfig is None
+        files = [] if in_cluster else kubeconfig_files(kubeconfig)
+        if files and not any(path.exists() for path in files):
+            where = os.pathsep.join(map(str, files))
+            missing = (
+                f"kubeconfig {where} does not exist"
+                if len(files) == 1
+                else (f"none of the kubeconfig files {where} exists")
+            )
+            raise BadInput(missing)
         try:
-            if os.environ.get("KUBERNETES_SERVICE_HOST") and kubeconfig is None:
+            if in_cluster:
                 config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
             else:
                 config.load_kube_config(  # type: ignore[no-untyped-call]
@@ -163,7 +200,14 @@ class Gateway:
                     context=context,
                     client_configuration=configuration,
                 )
-        except (ConfigException, OSError) as e:
+        except (ConfigException, OSError, TypeError, AttributeError) as e:
+            # TypeError, AttributeError: the client reads a file whose YAML is no mapping
+            # (a list, a string) as if it were one.
+            where = os.pathsep.join(map(str, files))
+            if files and context is not None:
+                _check_context(kubeconfig, context, where=where)
+            if isinstance(e, TypeError | AttributeError):
+                raise BadInput(f"kubeconfig {where} is not a kubeconfig (no mapping)") from e
             raise BadInput(f"cannot load cluster credentials: {e}".replace("\n", " ")) from e
         # urllib3's own default retries would resend a PUT whose answer was lost (it counts PUT
         # as idempotent) and multiply every timeout by four: _call is the only retry layer.

@@ -1,8 +1,10 @@
-"""Every step's --help and --version: what a newcomer reads before anything reaches a cluster."""
+"""Every step's --help and --version, and the one-line errors of a kubeconfig that cannot be
+used: what a newcomer reads before anything reaches a cluster."""
 
 from __future__ import annotations
 
 import importlib
+import json
 import re
 import subprocess
 import sys
@@ -13,8 +15,11 @@ from types import ModuleType
 from typing import Final, get_type_hints
 
 import pytest
+import yaml
 
 from core import errors
+from core.errors import BadInput
+from core.gateway import Gateway
 from core.settings import StepSettings, env_name, flag_name, load_settings
 
 REPO: Final = Path(__file__).resolve().parents[2]
@@ -119,3 +124,68 @@ def test_help_from_the_console_script_is_on_stdout_exit_0() -> None:
     assert done.stdout.startswith("usage: dispatch-start ")
     assert "--request-file FILE  (env DISPATCH_REQUEST_FILE)" in done.stdout
     assert "{int,null}" not in done.stdout
+
+
+def kubeconfig(path: Path, *contexts: str) -> Path:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": contexts[0],
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": name, "context": {"cluster": "c", "user": "u"}} for name in contexts],
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_a_kubeconfig_that_does_not_exist_is_named(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "kubeconfig"
+    with pytest.raises(BadInput) as raised:
+        Gateway.connect(kubeconfig=missing, context=None)
+    assert str(raised.value) == f"kubeconfig {missing} does not exist"
+
+
+def test_a_kubeconfig_env_whose_files_do_not_exist_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", f"{tmp_path / 'a'}:{tmp_path / 'b'}")
+    with pytest.raises(BadInput, match=f"kubeconfig files {tmp_path / 'a'}:{tmp_path / 'b'}"):
+        Gateway.connect(kubeconfig=None, context=None)
+
+
+def test_a_context_that_is_not_in_the_kubeconfig_is_named(tmp_path: Path) -> None:
+    path = kubeconfig(tmp_path / "kubeconfig", "team-a", "team-b")
+    with pytest.raises(BadInput) as raised:
+        Gateway.connect(kubeconfig=path, context="team-c")
+    assert str(raised.value) == (
+        f"context team-c is not in kubeconfig {path} (its contexts: team-a, team-b)"
+    )
+    Gateway.connect(kubeconfig=path, context="team-b")  # one it has is fine
+
+
+def test_a_file_that_is_no_kubeconfig_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_text("just words\n")
+    with pytest.raises(BadInput, match=f"kubeconfig {path} is not a kubeconfig"):
+        Gateway.connect(kubeconfig=path, context=None)
+
+
+@pytest.mark.parametrize("flags", [["--kubeconfig", "/nonexistent/kc"], ["--context", "nope"]])
+def test_the_step_exits_2_with_the_kubeconfig_error_in_one_line(
+    tmp_path: Path, flags: list[str]
+) -> None:
+    default = kubeconfig(tmp_path / "kubeconfig", "only")
+    done = subprocess.run(
+        [str(BIN / "dispatch-hold"), "--name", "x", *flags],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "KUBECONFIG": str(default)},
+    )
+    assert done.returncode == BadInput.exit_code
+    assert "Traceback" not in done.stderr
+    last = json.loads(done.stderr.strip().splitlines()[-1])
+    assert flags[1] in last["message"]
+    assert "\n" not in last["message"]

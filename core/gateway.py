@@ -8,8 +8,10 @@ writes only where the server surely did not apply them (429, connection refused)
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
@@ -252,6 +254,11 @@ class Gateway:
         data: bytes = response.read()  # type: ignore[no-untyped-call]
         return as_object(json.loads(data))
 
+    def _text(self, method: str, path: str, **options: Any) -> str:
+        response = self._send(method, path, **options)
+        data: bytes = response.read()  # type: ignore[no-untyped-call]
+        return data.decode("utf-8")
+
     def _get(self, path: str, *, what: str, query: Query = ()) -> dict[str, Any]:
         return _call(lambda: self._json("GET", path, query=query), what=what)
 
@@ -458,13 +465,16 @@ class Gateway:
     # Pods
 
     def list_pods(self, namespace: str, label_selector: str) -> Iterator[dict[str, Any]]:
-        """LIST pods page by page, so a large JobSet never loads at once.
+        """LIST pods page by page (kubectl's page size), so a large JobSet never loads at once.
 
-        Each page is decoded from its JSON body and dropped once its pods are passed on, so
-        memory stays one page whatever the pod count. No field selector narrows the list: the
-        audit reads finished pods too (their J, their slot), so none would be exact.
+        Each page's body is decoded one pod at a time (`iter_list_items`), and each pod is
+        dropped once it is passed on: memory stays one page of text and one pod of objects
+        whatever the pod count, and what the audit keeps per pod is not scattered among a
+        whole page's freed objects. No field selector narrows the list: the audit reads
+        finished pods too (their J, their slot), so none would be exact.
         """
         path = _custom_path("", "v1", namespace, "pods")
+        what = f"pods {namespace} ({label_selector})"
         token: str | None = None
         while True:
             query: list[tuple[str, str | int | bool]] = [
@@ -473,15 +483,64 @@ class Gateway:
             ]
             if token:
                 query.append(("continue", token))
-            page = self._get(path, query=query, what=f"pods {namespace} ({label_selector})")
-            items = page.pop("items", None) or []
-            token = (page.get("metadata") or {}).get("continue")
-            del page
-            items.reverse()  # pop from the end: each pod is freed once it has been passed on
-            while items:
-                yield items.pop()
+            text = _call(functools.partial(self._text, "GET", path, query=query), what=what)
+            rest: dict[str, Any] = {}
+            yield from iter_list_items(text, rest)
+            del text
+            token = shapes.mapping(rest.get("metadata")).get("continue")
             if not token:
                 return
+
+
+_WHITESPACE: Final = re.compile(r"[ \t\n\r]*")
+_DECODER: Final = json.JSONDecoder()
+
+
+def iter_list_items(text: str, rest: dict[str, Any], *, key: str = "items") -> Iterator[Any]:
+    """Yield the elements of the array `key` of the JSON object `text`, one decoded at a time.
+
+    The object's other members are put into `rest` as they are read (all of them once the
+    iteration ends). Anything that is not such an object raises ValueError.
+    """
+
+    def skip(at: int) -> int:
+        match = _WHITESPACE.match(text, at)
+        return match.end() if match else at
+
+    def expect(at: int, char: str) -> int:
+        at = skip(at)
+        if text[at : at + 1] != char:
+            raise ValueError(f"expected {char!r} at {at} of a list body")
+        return at + 1
+
+    at = expect(0, "{")
+    if text[skip(at) : skip(at) + 1] == "}":
+        return
+    while True:
+        name, at = _DECODER.raw_decode(text, skip(at))
+        if not isinstance(name, str):
+            raise ValueError(f"an object key at {at} of a list body is not a string")
+        at = skip(expect(at, ":"))
+        if name == key and text[at : at + 1] == "[":
+            at = skip(at + 1)
+            if text[at : at + 1] == "]":
+                at += 1
+            else:
+                while True:
+                    item, at = _DECODER.raw_decode(text, at)
+                    yield item
+                    del item
+                    at = skip(at)
+                    if text[at : at + 1] == "]":
+                        at += 1
+                        break
+                    at = skip(expect(at, ","))
+        else:
+            rest[name], at = _DECODER.raw_decode(text, at)
+        at = skip(at)
+        if text[at : at + 1] == "}":
+            return
+        at = expect(at, ",")
 
 
 def _watch_events(response: RESTResponse) -> Iterator[dict[str, Any]]:

@@ -1,0 +1,60 @@
+"""A list body decoded one item at a time gives exactly what decoding it whole gives."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from core.gateway import iter_list_items
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def streamed(text: str) -> tuple[list[Any], dict[str, Any]]:
+    rest: dict[str, Any] = {}
+    return list(iter_list_items(text, rest)), rest
+
+
+@given(
+    items=st.lists(JSON_VALUES, max_size=6),
+    others=st.dictionaries(st.text().filter(lambda key: key != "items"), JSON_VALUES, max_size=3),
+    first=st.booleans(),
+    indent=st.sampled_from([None, 0, 2]),
+)
+def test_any_list_body_streams_as_it_decodes_whole(
+    items: list[Any], others: dict[str, Any], first: bool, indent: int | None
+) -> None:
+    body = {"items": items, **others} if first else {**others, "items": items}
+    assert streamed(json.dumps(body, indent=indent)) == (items, others)
+
+
+def test_a_pod_list_page_as_the_api_server_writes_it() -> None:
+    text = (
+        '{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"42","continue":'
+        '"eyJ2In0"},"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]}\n'
+    )
+    items, rest = streamed(text)
+    assert [item["metadata"]["name"] for item in items] == ["a", "b"]
+    assert rest == {
+        "kind": "PodList",
+        "apiVersion": "v1",
+        "metadata": {"resourceVersion": "42", "continue": "eyJ2In0"},
+    }
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "[]", '{"items": [1, 2}', '{"items": [1] "x": 2}', "{1: 2}", '{"items": [1],}'],
+    ids=["empty", "an array", "unclosed", "no comma", "number key", "trailing comma"],
+)
+def test_a_body_that_is_not_a_json_object_raises_value_error(text: str) -> None:
+    with pytest.raises(ValueError):  # noqa: PT011  # json's own errors say where
+        streamed(text)

@@ -74,7 +74,10 @@ def say(message: str) -> None:
 def find_kubectl() -> Path | None:
     """The kubectl built from versions.toml's bench component, if it was built."""
     (kubectl,) = [c for c in binaries.components(bench=True) if c.name == "kubectl"]
-    path = binaries.binary_dir(kubectl, binaries.go_version()) / "kubectl"
+    try:
+        path = binaries.binary_dir(kubectl, binaries.go_version()) / "kubectl"
+    except (OSError, subprocess.CalledProcessError):  # no Go toolchain: nothing was built
+        return None
     return path if path.exists() else None
 
 
@@ -88,7 +91,10 @@ class Run:
 
 
 def timed(argvs: Sequence[Sequence[str]], *, env: dict[str, str] | None = None) -> Run:
-    """Run a pipeline of commands (stdin of each from the one before), as a shell would."""
+    """Run a pipeline of commands (stdin of each from the one before), as a shell would.
+
+    Its peak RSS is not the commands' own (see tests/bench/peak.py): only `measured`'s is.
+    """
     began = time.perf_counter()
     processes: list[subprocess.Popen[bytes]] = []
     for index, argv in enumerate(argvs):
@@ -111,6 +117,17 @@ def timed(argvs: Sequence[Sequence[str]], *, env: dict[str, str] | None = None) 
         status = status or process.returncode
         peak = max(peak, usage.ru_maxrss)  # KiB on Linux
     return Run(seconds=time.perf_counter() - began, status=status, peak_mib=peak / 1024)
+
+
+def measured(argv: Sequence[str], *, work: Path, env: dict[str, str] | None = None) -> Run:
+    """Run one command through tests/bench/peak.py: its own wall time and peak RSS."""
+    out = work / "peak.json"
+    launcher = [sys.executable, "-S", str(Path(__file__).with_name("peak.py")), str(out)]
+    subprocess.run([*launcher, *argv], env=env, check=True)
+    report = json.loads(out.read_text())
+    return Run(
+        seconds=report["seconds"], status=report["status"], peak_mib=report["peak_kib"] / 1024
+    )
 
 
 def summary(values: Sequence[float], *, unit: str = " s", digits: int = 3) -> str:
@@ -371,6 +388,11 @@ class Pair:
     retried: int = 0  # rounds run again after an exit 3 (Trainer wrote the job in between)
 
 
+FLOOR_IMPORTS: Final = (
+    "import pydantic_settings, loguru, kubernetes.config; from kubernetes.client import ApiClient"
+)
+
+
 def pairs(cluster: Cluster) -> list[Pair]:
     ns = f"--namespace={NAMESPACE}"
 
@@ -419,6 +441,16 @@ def pairs(cluster: Cluster) -> list[Pair]:
             kubectl=[cluster.kc("get", "trainjob", "-n", NAMESPACE, HELD, "-o", "json")],
             prepare=lambda: None,
             count_step=["hold", ns, f"--name={HELD}"],
+        ),
+        Pair(
+            # The floor under every step: a Python that imports the three dependencies and
+            # sends nothing. A step cannot be faster than this.
+            what="floor: `python -c 'import pydantic_settings, loguru, kubernetes.config'` "
+            "vs `kubectl get -o json`",
+            step=[sys.executable, "-c", FLOOR_IMPORTS],
+            kubectl=[cluster.kc("get", "trainjob", "-n", NAMESPACE, HELD, "-o", "json")],
+            prepare=lambda: None,
+            count_step=[],
         ),
     ]
 
@@ -498,7 +530,7 @@ def bench_steps(cluster: Cluster, rounds: int) -> list[str]:
     for pair in pairs(cluster):
         say(f"{pair.what}: warm-up, requests")
         pair.prepare()
-        sent = count_step(cluster, pair.count_step)
+        sent = count_step(cluster, pair.count_step) if pair.count_step else []
         pair.prepare()
         kubectl_sent = count_kubectl(pair.kubectl)
         run_pair(cluster, pair)  # warm-up: caches (bytecode, kubectl discovery) filled
@@ -535,7 +567,8 @@ def bench_audit(cluster: Cluster, counts: Sequence[int], rounds: int) -> list[st
         took = cluster.ensure_pods(count)
         if took:
             say(f"{count} pods there after {took:.0f} s")
-        first = timed([audit], env=cluster.step_env)  # records what it saw: later runs only read
+        # The first run records what it saw: the runs after it only read.
+        first = measured(audit, work=cluster.work, env=cluster.step_env)
         if first.status != 0:
             raise SystemExit(f"dispatch-audit exited {first.status} at {count} pods")
         sent = count_step(cluster, ["audit", ns, f"--name={job}"])
@@ -544,11 +577,11 @@ def bench_audit(cluster: Cluster, counts: Sequence[int], rounds: int) -> list[st
         kubectls: list[Run] = []
         for index in range(rounds):
             if index % 2:  # every other round kubectl first, as for the pairs
-                kubectls.append(timed([kubectl]))
-                audits.append(timed([audit], env=cluster.step_env))
+                kubectls.append(measured(kubectl, work=cluster.work))
+                audits.append(measured(audit, work=cluster.work, env=cluster.step_env))
             else:
-                audits.append(timed([audit], env=cluster.step_env))
-                kubectls.append(timed([kubectl]))
+                audits.append(measured(audit, work=cluster.work, env=cluster.step_env))
+                kubectls.append(measured(kubectl, work=cluster.work))
             if audits[-1].status or kubectls[-1].status:
                 raise SystemExit(f"exit {audits[-1].status} / {kubectls[-1].status}")
             say(

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
+from urllib.parse import quote
 
 from core import events, shapes, wire
 from core.errors import (
@@ -54,10 +55,18 @@ APPLY_PATCH: Final = "application/apply-patch+yaml"
 Query = Iterable[tuple[str, str | int | bool]]
 
 
-def _custom_path(group: str, version: str, namespace: str | None, plural: str) -> str:
-    """The REST path of a collection; `/{name}` after it names one object."""
+def _custom_path(
+    group: str, version: str, namespace: str | None, plural: str, name: str | None = None
+) -> str:
+    """The REST path of a collection, or of the object `name` in it.
+
+    Namespace and name are quoted as the generated client quotes path parameters (nothing
+    kept), so a name holding `/` or `?` names no other object: it is not found.
+    """
     prefix = "/api/v1" if not group else f"/apis/{group}/{version}"
-    return f"{prefix}/namespaces/{namespace}/{plural}" if namespace else f"{prefix}/{plural}"
+    path = f"{prefix}/namespaces/{quote(namespace, safe='')}" if namespace else prefix
+    path = f"{path}/{plural}"
+    return f"{path}/{quote(name, safe='')}" if name is not None else path
 
 
 def _status_message(error: ApiException) -> str:
@@ -271,8 +280,8 @@ class Gateway:
 
     def read_trainjob(self, namespace: str, name: str) -> dict[str, Any]:
         """GET one TrainJob."""
-        path = _custom_path(wire.TRAINER_GROUP, wire.TRAINER_VERSION, namespace, TRAINJOBS)
-        return self._get(f"{path}/{name}", what=f"TrainJob {namespace}/{name}")
+        path = _custom_path(wire.TRAINER_GROUP, wire.TRAINER_VERSION, namespace, TRAINJOBS, name)
+        return self._get(path, what=f"TrainJob {namespace}/{name}")
 
     def create_trainjob(self, trainjob: Mapping[str, Any]) -> dict[str, Any] | None:
         """POST a TrainJob; None when one of that name already exists."""
@@ -297,9 +306,11 @@ class Gateway:
         """PUT the TrainJob only if the server still holds `resource_version` (else 409)."""
         meta = trainjob["metadata"]
         body = {**trainjob, "metadata": {**meta, "resourceVersion": resource_version}}
-        path = _custom_path(wire.TRAINER_GROUP, wire.TRAINER_VERSION, meta["namespace"], TRAINJOBS)
+        path = _custom_path(
+            wire.TRAINER_GROUP, wire.TRAINER_VERSION, meta["namespace"], TRAINJOBS, meta["name"]
+        )
         what = f"TrainJob {meta['namespace']}/{meta['name']}"
-        return self._write("PUT", f"{path}/{meta['name']}", body, what=what)
+        return self._write("PUT", path, body, what=what)
 
     # Runtimes and JobSets
 
@@ -307,8 +318,8 @@ class Gateway:
         """GET the (Cluster)TrainingRuntime a TrainJob names."""
         scope = None if kind == "ClusterTrainingRuntime" else namespace
         plural = RUNTIME_PLURALS[kind]
-        path = _custom_path(wire.TRAINER_GROUP, wire.TRAINER_VERSION, scope, plural)
-        return self._get(f"{path}/{name}", what=f"{kind} {name}")
+        path = _custom_path(wire.TRAINER_GROUP, wire.TRAINER_VERSION, scope, plural, name)
+        return self._get(path, what=f"{kind} {name}")
 
     def find_runtime(self, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
         """GET a (Cluster)TrainingRuntime; None when it is gone."""
@@ -321,9 +332,9 @@ class Gateway:
 
     def read_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
         """GET the JobSet Trainer made for a TrainJob; None before it exists."""
-        path = _custom_path(wire.JOBSET_GROUP, wire.JOBSET_VERSION, namespace, JOBSETS)
+        path = _custom_path(wire.JOBSET_GROUP, wire.JOBSET_VERSION, namespace, JOBSETS, name)
         try:
-            return self._get(f"{path}/{name}", what=f"JobSet {namespace}/{name}")
+            return self._get(path, what=f"JobSet {namespace}/{name}")
         except NotFound:
             return None
 
@@ -342,8 +353,8 @@ class Gateway:
 
     def read_workload(self, namespace: str, name: str) -> dict[str, Any]:
         """GET one Workload."""
-        path = _custom_path(wire.KUEUE_GROUP, wire.KUEUE_VERSION, namespace, WORKLOADS)
-        return self._get(f"{path}/{name}", what=f"Workload {namespace}/{name}")
+        path = _custom_path(wire.KUEUE_GROUP, wire.KUEUE_VERSION, namespace, WORKLOADS, name)
+        return self._get(path, what=f"Workload {namespace}/{name}")
 
     def _list_workloads(self, namespace: str, label_selector: str) -> dict[str, Any]:
         path = _custom_path(wire.KUEUE_GROUP, wire.KUEUE_VERSION, namespace, WORKLOADS)
@@ -408,10 +419,12 @@ class Gateway:
     def apply_workload_status(self, workload: Mapping[str, Any], *, manager: str) -> dict[str, Any]:
         """Server-side apply to workloads/status; the body's resourceVersion is the precondition."""
         meta = workload["metadata"]
-        path = _custom_path(wire.KUEUE_GROUP, wire.KUEUE_VERSION, meta["namespace"], WORKLOADS)
+        path = _custom_path(
+            wire.KUEUE_GROUP, wire.KUEUE_VERSION, meta["namespace"], WORKLOADS, meta["name"]
+        )
         return self._write(
             "PATCH",
-            f"{path}/{meta['name']}/status",
+            f"{path}/status",
             dict(workload),
             query=[("fieldManager", manager), ("force", True)],
             content_type=APPLY_PATCH,  # JSON is YAML: the client sends the dict as JSON

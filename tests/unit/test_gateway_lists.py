@@ -1,4 +1,5 @@
-"""A list body decoded one item at a time gives exactly what decoding it whole gives."""
+"""Request paths and list bodies: names quoted, a list decoded one item at a time exactly as
+whole."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core import gateway
 from core.gateway import iter_list_items
 
 JSON_VALUES = st.recursive(
@@ -58,3 +60,23 @@ def test_a_pod_list_page_as_the_api_server_writes_it() -> None:
 def test_a_body_that_is_not_a_json_object_raises_value_error(text: str) -> None:
     with pytest.raises(ValueError):  # noqa: PT011  # json's own errors say where
         streamed(text)
+
+
+@pytest.mark.parametrize(
+    ("namespace", "name", "path"),
+    [
+        ("team-a", "train-1", "/apis/g/v1/namespaces/team-a/trainjobs/train-1"),
+        ("team-a", None, "/apis/g/v1/namespaces/team-a/trainjobs"),
+        (None, "rt", "/apis/g/v1/trainjobs/rt"),
+        ("a/b", "x?y=1#z", "/apis/g/v1/namespaces/a%2Fb/trainjobs/x%3Fy%3D1%23z"),
+    ],
+    ids=["object", "collection", "cluster-scoped", "quoted"],
+)
+def test_paths_quote_namespace_and_name_so_a_name_never_names_another_object(
+    namespace: str | None, name: str | None, path: str
+) -> None:
+    assert gateway._custom_path("g", "v1", namespace, "trainjobs", name) == path
+
+
+def test_core_paths_have_no_group() -> None:
+    assert gateway._custom_path("", "v1", "team-a", "pods") == "/api/v1/namespaces/team-a/pods"

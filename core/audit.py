@@ -274,17 +274,24 @@ def _check_restarted_in_place(pod: Mapping[str, Any], pod_name: str) -> Iterator
 
 
 class _Slots:
-    """Pods per (JobSet UID, slot, A, J): one execution has one pod in each slot."""
+    """Pods per (JobSet UID, slot, A, J): one execution has one pod in each slot.
+
+    Kept for every indexed pod of a list that can be tens of thousands long, so it keeps
+    little: the words every pod repeats (UID, job, A, J) once, and one name per slot until
+    a second pod turns up in it.
+    """
 
     def __init__(self) -> None:
-        self.pods: dict[tuple[str, ...], list[str]] = {}
+        self.pods: dict[tuple[str, ...], str] = {}
+        self.duplicates: dict[tuple[str, ...], list[str]] = {}
+        self._words: dict[str, str] = {}
 
     def see(self, pod: Mapping[str, Any]) -> None:
         labels = shapes.at(pod, "metadata", "labels")
         if labels.get(COMPLETION_INDEX_KEY) is None:
             return  # not a pod of an indexed Job: no slot to compare
         key = tuple(
-            _word(value)
+            self._words.setdefault(word := _word(value), word)
             for value in (
                 labels.get(JOBSET_UID_KEY),
                 labels.get(REPLICATED_JOB_NAME_KEY),
@@ -294,11 +301,16 @@ class _Slots:
                 labels.get(RESTART_ATTEMPT_KEY),
             )
         )
-        self.pods.setdefault(key, []).append(_word(shapes.mapping(pod.get("metadata")).get("name")))
+        name = _word(shapes.mapping(pod.get("metadata")).get("name"))
+        first = self.pods.setdefault(key, name)
+        if first is not name:  # a second pod in the slot: from now on every name counts
+            self.duplicates.setdefault(key, [first]).append(name)
 
     def findings(self) -> Iterator[Finding]:
-        for (_, job, job_index, index, admission, restart), names in sorted(self.pods.items()):
-            if len(names) > 1 and admission != repr(None):
+        for (_, job, job_index, index, admission, restart), names in sorted(
+            self.duplicates.items()
+        ):
+            if admission != repr(None):
                 yield Finding(
                     kind=FindingKind.DUPLICATE_POD,
                     reason=(

@@ -42,7 +42,7 @@ class Refused(DispatchError):
 
 
 class Foreign(DispatchError):
-    """The audit found a sign of a reset: a person must decide."""
+    """The audit found a sign of a reset, or the job is flagged foreign: a person decides."""
 
     exit_code = 7
 

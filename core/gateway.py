@@ -11,19 +11,15 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+from urllib.parse import quote
 
-import urllib3
-from kubernetes import client, config, watch
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
-from loguru import logger
-
-from core import events, wire
+from core import events, shapes, wire
 from core.errors import (
     BadInput,
     DispatchError,
@@ -34,17 +30,19 @@ from core.errors import (
     Transient,
 )
 
+if TYPE_CHECKING:  # imported where first used: a step that never connects never pays for them
+    from kubernetes.client import ApiClient
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.client.rest import RESTResponse
+
 T = TypeVar("T")
 ATTEMPTS: Final = 4
 FIRST_BACKOFF: Final = 0.5  # seconds; doubled after each failed attempt
 REQUEST_TIMEOUT: Final = 15  # seconds per request: with ATTEMPTS, a dead server costs ~1 min
-# urllib3's own default retries would resend a PUT whose answer was lost (it counts PUT as
-# idempotent) and multiply every timeout by four: _call is the only retry layer.
-NO_RETRIES: Final = urllib3.util.Retry(total=0, connect=0, read=0, redirect=0, status=0)
 WATCH_GRACE: Final = 15  # seconds past a watch's own timeout before its connection is given up
 POLL_INTERVAL: Final = 1.0  # seconds between reads while a step waits out a passing state
 EVENT_TIMEOUT: Final = 5  # seconds: an Event is best effort and must not hold a step up
-PAGE_SIZE: Final = 200
+PAGE_SIZE: Final = 500  # kubectl's --chunk-size: one page of a large pod list at a time
 TRAINJOBS: Final = "trainjobs"
 JOBSETS: Final = "jobsets"
 WORKLOADS: Final = "workloads"
@@ -52,6 +50,23 @@ RUNTIME_PLURALS: Final = {
     "ClusterTrainingRuntime": "clustertrainingruntimes",
     "TrainingRuntime": "trainingruntimes",
 }
+JSON: Final = "application/json"
+APPLY_PATCH: Final = "application/apply-patch+yaml"
+Query = Iterable[tuple[str, str | int | bool]]
+
+
+def _custom_path(
+    group: str, version: str, namespace: str | None, plural: str, name: str | None = None
+) -> str:
+    """The REST path of a collection, or of the object `name` in it.
+
+    Namespace and name are quoted as the generated client quotes path parameters (nothing
+    kept), so a name holding `/` or `?` names no other object: it is not found.
+    """
+    prefix = "/api/v1" if not group else f"/apis/{group}/{version}"
+    path = f"{prefix}/namespaces/{quote(namespace, safe='')}" if namespace else prefix
+    path = f"{path}/{plural}"
+    return f"{path}/{quote(name, safe='')}" if name is not None else path
 
 
 def _status_message(error: ApiException) -> str:
@@ -90,6 +105,9 @@ def error_for(error: ApiException, what: str) -> DispatchError:
 
 
 def _retryable(error: Exception, *, write: bool) -> bool:
+    import urllib3
+    from kubernetes.client.exceptions import ApiException
+
     if isinstance(error, ApiException):
         status = error.status or 0
         return status == 429 or (not write and status >= 500)
@@ -101,6 +119,9 @@ def _retryable(error: Exception, *, write: bool) -> bool:
 
 
 def _call(request: Callable[[], T], *, what: str, write: bool = False) -> T:
+    import urllib3
+    from kubernetes.client.exceptions import ApiException
+
     backoff = FIRST_BACKOFF
     for attempt in range(1, ATTEMPTS + 1):
         try:
@@ -117,27 +138,72 @@ def _call(request: Callable[[], T], *, what: str, write: bool = False) -> T:
 
 
 def as_object(value: Any) -> dict[str, Any]:
-    """Narrow what the client returns to the plain JSON dict every caller works with."""
-    if hasattr(value, "to_dict"):
-        value = client.ApiClient().sanitize_for_serialization(value)  # type: ignore[no-untyped-call]
+    """Narrow a decoded JSON body to the plain dict every caller works with."""
     if not isinstance(value, dict):
         raise TypeError(f"expected a JSON object, got {type(value).__name__}")
     return value
 
 
-class Gateway:
-    """A connection to one cluster; each method is one API request."""
+def kubeconfig_files(kubeconfig: Path | None) -> list[Path]:
+    """The kubeconfig files the client reads: the one given, else $KUBECONFIG's, else ~/.kube."""
+    if kubeconfig is not None:
+        return [kubeconfig]
+    listed = os.environ.get("KUBECONFIG") or "~/.kube/config"  # the client's own default
+    return [Path(word).expanduser() for word in listed.split(os.pathsep) if word]
 
-    def __init__(self, api: client.ApiClient) -> None:
-        self._custom = client.CustomObjectsApi(api)
-        self._core = client.CoreV1Api(api)
+
+def _check_context(kubeconfig: Path | None, context: str, *, where: str) -> None:
+    """Raise BadInput naming a `context` the kubeconfig does not have."""
+    from kubernetes import config
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        contexts, _ = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
+            config_file=str(kubeconfig) if kubeconfig else None
+        )
+    except (ConfigException, OSError, TypeError, AttributeError):
+        return  # not even the contexts can be read: the load's own error says why
+    names = sorted(str(entry.get("name")) for entry in contexts or [] if isinstance(entry, dict))
+    if context not in names:
+        raise BadInput(
+            f"context {context} is not in kubeconfig {where} (its contexts: "
+            f"{', '.join(names) or 'none'})"
+        )
+
+
+class Gateway:
+    """A connection to one cluster; each method is one API request.
+
+    Requests go through the client's `ApiClient` (its configuration, auth, TLS and timeouts)
+    but not its generated API classes: those cost ~0.5 s to build (CoreV1Api's module alone
+    is 63k lines), and their models are a round trip the steps do not need. Bodies are read
+    as plain JSON.
+    """
+
+    def __init__(self, api: ApiClient) -> None:
+        self._api = api
 
     @classmethod
     def connect(cls, *, kubeconfig: Path | None, context: str | None) -> Gateway:
         """In-cluster config inside a pod, else the kubeconfig (DESIGN §3)."""
-        configuration = client.Configuration()
+        import urllib3
+        from kubernetes import config
+        from kubernetes.client import ApiClient, Configuration
+        from kubernetes.config.config_exception import ConfigException
+
+        configuration = Configuration()
+        in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and kubeconfig is None
+        files = [] if in_cluster else kubeconfig_files(kubeconfig)
+        if files and not any(path.exists() for path in files):
+            where = os.pathsep.join(map(str, files))
+            missing = (
+                f"kubeconfig {where} does not exist"
+                if len(files) == 1
+                else (f"none of the kubeconfig files {where} exists")
+            )
+            raise BadInput(missing)
         try:
-            if os.environ.get("KUBERNETES_SERVICE_HOST") and kubeconfig is None:
+            if in_cluster:
                 config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
             else:
                 config.load_kube_config(  # type: ignore[no-untyped-call]
@@ -145,46 +211,87 @@ class Gateway:
                     context=context,
                     client_configuration=configuration,
                 )
-        except (ConfigException, OSError) as e:
+        except (ConfigException, OSError, TypeError, AttributeError) as e:
+            # TypeError, AttributeError: the client reads a file whose YAML is no mapping
+            # (a list, a string) as if it were one.
+            where = os.pathsep.join(map(str, files))
+            if files and context is not None:
+                _check_context(kubeconfig, context, where=where)
+            if isinstance(e, TypeError | AttributeError):
+                raise BadInput(f"kubeconfig {where} is not a kubeconfig (no mapping)") from e
             raise BadInput(f"cannot load cluster credentials: {e}".replace("\n", " ")) from e
-        configuration.retries = NO_RETRIES
-        return cls(client.ApiClient(configuration))
+        # urllib3's own default retries would resend a PUT whose answer was lost (it counts PUT
+        # as idempotent) and multiply every timeout by four: _call is the only retry layer.
+        configuration.retries = urllib3.util.Retry(total=0, connect=0, read=0, redirect=0, status=0)
+        return cls(ApiClient(configuration))
+
+    # Requests
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Query = (),
+        body: Any = None,
+        content_type: str = JSON,
+        timeout: float | tuple[float, float] = REQUEST_TIMEOUT,
+    ) -> RESTResponse:
+        """Send one request, its body unread; a status outside 2xx is an ApiException."""
+        from kubernetes.client.exceptions import ApiException
+
+        headers = {"Accept": JSON}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        request = self._api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list(query),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self._api.call_api(*request, _request_timeout=timeout)
+        if not 200 <= response.status <= 299:
+            data: bytes = response.read()  # type: ignore[no-untyped-call]
+            text = data.decode("utf-8", errors="replace") if data else None
+            raise ApiException.from_response(http_resp=response, body=text, data=None)
+        return response
+
+    def _json(self, method: str, path: str, **options: Any) -> dict[str, Any]:
+        response = self._send(method, path, **options)
+        data: bytes = response.read()  # type: ignore[no-untyped-call]
+        return as_object(json.loads(data))
+
+    def _text(self, method: str, path: str, **options: Any) -> str:
+        response = self._send(method, path, **options)
+        data: bytes = response.read()  # type: ignore[no-untyped-call]
+        return data.decode("utf-8")
+
+    def _get(self, path: str, *, what: str, query: Query = ()) -> dict[str, Any]:
+        return _call(lambda: self._json("GET", path, query=query), what=what)
+
+    def _write(
+        self, method: str, path: str, body: Any, *, what: str, **options: Any
+    ) -> dict[str, Any]:
+        return _call(lambda: self._json(method, path, body=body, **options), what=what, write=True)
 
     # TrainJobs
 
     def read_trainjob(self, namespace: str, name: str) -> dict[str, Any]:
         """GET one TrainJob."""
-        return as_object(
-            _call(
-                lambda: self._custom.get_namespaced_custom_object(
-                    wire.TRAINER_GROUP,
-                    wire.TRAINER_VERSION,
-                    namespace,
-                    TRAINJOBS,
-                    name,
-                    _request_timeout=REQUEST_TIMEOUT,
-                ),
-                what=f"TrainJob {namespace}/{name}",
-            )
-        )
+        path = _custom_path(wire.TRAINER_GROUP, wire.TRAINER_VERSION, namespace, TRAINJOBS, name)
+        return self._get(path, what=f"TrainJob {namespace}/{name}")
 
     def create_trainjob(self, trainjob: Mapping[str, Any]) -> dict[str, Any] | None:
         """POST a TrainJob; None when one of that name already exists."""
+        from kubernetes.client.exceptions import ApiException
+
         meta = trainjob["metadata"]
         what = f"TrainJob {meta['namespace']}/{meta['name']}"
+        path = _custom_path(wire.TRAINER_GROUP, wire.TRAINER_VERSION, meta["namespace"], TRAINJOBS)
         try:
-            created = _call(
-                lambda: self._custom.create_namespaced_custom_object(
-                    wire.TRAINER_GROUP,
-                    wire.TRAINER_VERSION,
-                    meta["namespace"],
-                    TRAINJOBS,
-                    dict(trainjob),
-                    _request_timeout=REQUEST_TIMEOUT,
-                ),
-                what=what,
-                write=True,
-            )
+            return self._write("POST", path, dict(trainjob), what=what)
         except PreconditionFailed as e:
             cause = e.__cause__
             if (
@@ -194,51 +301,25 @@ class Gateway:
             ):
                 return None
             raise
-        return as_object(created)
 
     def update_trainjob(self, trainjob: Mapping[str, Any], resource_version: str) -> dict[str, Any]:
         """PUT the TrainJob only if the server still holds `resource_version` (else 409)."""
         meta = trainjob["metadata"]
         body = {**trainjob, "metadata": {**meta, "resourceVersion": resource_version}}
-        return as_object(
-            _call(
-                lambda: self._custom.replace_namespaced_custom_object(
-                    wire.TRAINER_GROUP,
-                    wire.TRAINER_VERSION,
-                    meta["namespace"],
-                    TRAINJOBS,
-                    meta["name"],
-                    body,
-                    _request_timeout=REQUEST_TIMEOUT,
-                ),
-                what=f"TrainJob {meta['namespace']}/{meta['name']}",
-                write=True,
-            )
+        path = _custom_path(
+            wire.TRAINER_GROUP, wire.TRAINER_VERSION, meta["namespace"], TRAINJOBS, meta["name"]
         )
+        what = f"TrainJob {meta['namespace']}/{meta['name']}"
+        return self._write("PUT", path, body, what=what)
 
     # Runtimes and JobSets
 
     def read_runtime(self, kind: str, name: str, namespace: str) -> dict[str, Any]:
         """GET the (Cluster)TrainingRuntime a TrainJob names."""
+        scope = None if kind == "ClusterTrainingRuntime" else namespace
         plural = RUNTIME_PLURALS[kind]
-        if kind == "ClusterTrainingRuntime":
-            request: Callable[[], Any] = lambda: self._custom.get_cluster_custom_object(  # noqa: E731
-                wire.TRAINER_GROUP,
-                wire.TRAINER_VERSION,
-                plural,
-                name,
-                _request_timeout=REQUEST_TIMEOUT,
-            )
-        else:
-            request = lambda: self._custom.get_namespaced_custom_object(  # noqa: E731
-                wire.TRAINER_GROUP,
-                wire.TRAINER_VERSION,
-                namespace,
-                plural,
-                name,
-                _request_timeout=REQUEST_TIMEOUT,
-            )
-        return as_object(_call(request, what=f"{kind} {name}"))
+        path = _custom_path(wire.TRAINER_GROUP, wire.TRAINER_VERSION, scope, plural, name)
+        return self._get(path, what=f"{kind} {name}")
 
     def find_runtime(self, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
         """GET a (Cluster)TrainingRuntime; None when it is gone."""
@@ -251,20 +332,9 @@ class Gateway:
 
     def read_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
         """GET the JobSet Trainer made for a TrainJob; None before it exists."""
+        path = _custom_path(wire.JOBSET_GROUP, wire.JOBSET_VERSION, namespace, JOBSETS, name)
         try:
-            return as_object(
-                _call(
-                    lambda: self._custom.get_namespaced_custom_object(
-                        wire.JOBSET_GROUP,
-                        wire.JOBSET_VERSION,
-                        namespace,
-                        JOBSETS,
-                        name,
-                        _request_timeout=REQUEST_TIMEOUT,
-                    ),
-                    what=f"JobSet {namespace}/{name}",
-                )
-            )
+            return self._get(path, what=f"JobSet {namespace}/{name}")
         except NotFound:
             return None
 
@@ -283,33 +353,15 @@ class Gateway:
 
     def read_workload(self, namespace: str, name: str) -> dict[str, Any]:
         """GET one Workload."""
-        return as_object(
-            _call(
-                lambda: self._custom.get_namespaced_custom_object(
-                    wire.KUEUE_GROUP,
-                    wire.KUEUE_VERSION,
-                    namespace,
-                    WORKLOADS,
-                    name,
-                    _request_timeout=REQUEST_TIMEOUT,
-                ),
-                what=f"Workload {namespace}/{name}",
-            )
-        )
+        path = _custom_path(wire.KUEUE_GROUP, wire.KUEUE_VERSION, namespace, WORKLOADS, name)
+        return self._get(path, what=f"Workload {namespace}/{name}")
 
     def _list_workloads(self, namespace: str, label_selector: str) -> dict[str, Any]:
-        return as_object(
-            _call(
-                lambda: self._custom.list_namespaced_custom_object(
-                    wire.KUEUE_GROUP,
-                    wire.KUEUE_VERSION,
-                    namespace,
-                    WORKLOADS,
-                    label_selector=label_selector,
-                    _request_timeout=REQUEST_TIMEOUT,
-                ),
-                what=f"Workloads {namespace} ({label_selector})",
-            )
+        path = _custom_path(wire.KUEUE_GROUP, wire.KUEUE_VERSION, namespace, WORKLOADS)
+        return self._get(
+            path,
+            query=[("labelSelector", label_selector)],
+            what=f"Workloads {namespace} ({label_selector})",
         )
 
     def list_workloads(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
@@ -320,32 +372,40 @@ class Gateway:
         self, namespace: str, label_selector: str, *, timeout: float
     ) -> Iterator[dict[str, Any]]:
         """Every version of the matching Workloads: the current ones, then changes."""
+        import urllib3
+        from kubernetes.client.exceptions import ApiException
+
         deadline = time.monotonic() + timeout
         listed = self._list_workloads(namespace, label_selector)
         yield from listed.get("items") or []
         version = listed["metadata"]["resourceVersion"]
+        path = _custom_path(wire.KUEUE_GROUP, wire.KUEUE_VERSION, namespace, WORKLOADS)
+        what = f"watch Workloads {namespace}"
         while (left := deadline - time.monotonic()) > 0:
-            stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
-                self._custom.list_namespaced_custom_object,
-                wire.KUEUE_GROUP,
-                wire.KUEUE_VERSION,
-                namespace,
-                WORKLOADS,
-                label_selector=label_selector,
-                resource_version=version,
-                timeout_seconds=max(1, int(left)),
-                allow_watch_bookmarks=True,
-                # The server ends the watch at timeout_seconds; a connection that stops
-                # answering without closing (no FIN) must end too, not hang the step.
-                _request_timeout=(REQUEST_TIMEOUT, left + WATCH_GRACE),
-            )
-            what = f"watch Workloads {namespace}"
             try:
-                for event in stream:
-                    obj = as_object(event["object"])
-                    version = obj.get("metadata", {}).get("resourceVersion", version)
-                    if event["type"] in ("ADDED", "MODIFIED"):
-                        yield obj
+                response = self._send(
+                    "GET",
+                    path,
+                    query=[
+                        ("labelSelector", label_selector),
+                        ("resourceVersion", version),
+                        ("timeoutSeconds", max(1, int(left))),
+                        ("allowWatchBookmarks", True),
+                        ("watch", True),
+                    ],
+                    # The server ends the watch at timeoutSeconds; a connection that stops
+                    # answering without closing (no FIN) must end too, not hang the step.
+                    timeout=(REQUEST_TIMEOUT, left + WATCH_GRACE),
+                )
+                try:
+                    for event in _watch_events(response):
+                        obj = as_object(event["object"])
+                        version = obj.get("metadata", {}).get("resourceVersion", version)
+                        if event["type"] in ("ADDED", "MODIFIED"):
+                            yield obj
+                finally:  # also when the caller stops early: the connection is not reused
+                    response.response.close()
+                    response.response.release_conn()
             except ApiException as e:
                 if e.status == 410:  # the watch window expired: list again from now
                     yield from self.watch_workloads(
@@ -359,23 +419,16 @@ class Gateway:
     def apply_workload_status(self, workload: Mapping[str, Any], *, manager: str) -> dict[str, Any]:
         """Server-side apply to workloads/status; the body's resourceVersion is the precondition."""
         meta = workload["metadata"]
-        return as_object(
-            _call(
-                lambda: self._custom.patch_namespaced_custom_object_status(
-                    wire.KUEUE_GROUP,
-                    wire.KUEUE_VERSION,
-                    meta["namespace"],
-                    WORKLOADS,
-                    meta["name"],
-                    dict(workload),
-                    field_manager=manager,
-                    force=True,
-                    _content_type="application/apply-patch+yaml",
-                    _request_timeout=REQUEST_TIMEOUT,
-                ),
-                what=f"Workload {meta['namespace']}/{meta['name']} status",
-                write=True,
-            )
+        path = _custom_path(
+            wire.KUEUE_GROUP, wire.KUEUE_VERSION, meta["namespace"], WORKLOADS, meta["name"]
+        )
+        return self._write(
+            "PATCH",
+            f"{path}/status",
+            dict(workload),
+            query=[("fieldManager", manager), ("force", True)],
+            content_type=APPLY_PATCH,  # JSON is YAML: the client sends the dict as JSON
+            what=f"Workload {meta['namespace']}/{meta['name']} status",
         )
 
     # Events
@@ -390,16 +443,17 @@ class Gateway:
         step: str,
     ) -> bool:
         """POST one Event about a TrainJob, best effort: a failure is logged, never raised."""
+        import urllib3
+        from kubernetes.client.exceptions import ApiException
+        from loguru import logger
+
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = events.build_event(
             trainjob, event_type=event_type, reason=reason, message=message, step=step, now=now
         )
+        path = _custom_path("", "v1", event["metadata"]["namespace"], "events")
         try:
-            self._core.create_namespaced_event(
-                event["metadata"]["namespace"],
-                event,  # type: ignore[arg-type]  # the client sends a dict body as it is
-                _request_timeout=EVENT_TIMEOUT,
-            )
+            self._json("POST", path, body=event, timeout=EVENT_TIMEOUT)
         except ApiException as e:
             logger.bind(status=e.status).warning(
                 f"cannot record Event {event['reason']}: {e.status} {_status_message(e)}"
@@ -414,38 +468,108 @@ class Gateway:
 
     def list_jobs(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         """LIST batch/v1 Jobs (a JobSet's child Jobs are few: one request)."""
-        listed = _call(
-            lambda: self._custom.list_namespaced_custom_object(
-                "batch",
-                "v1",
-                namespace,
-                "jobs",
-                label_selector=label_selector,
-                _request_timeout=REQUEST_TIMEOUT,
-            ),
+        listed = self._get(
+            _custom_path("batch", "v1", namespace, "jobs"),
+            query=[("labelSelector", label_selector)],
             what=f"Jobs {namespace} ({label_selector})",
         )
-        return list(as_object(listed).get("items") or [])
+        return list(listed.get("items") or [])
 
     # Pods
 
     def list_pods(self, namespace: str, label_selector: str) -> Iterator[dict[str, Any]]:
-        """LIST pods page by page, so a large JobSet never loads at once."""
+        """LIST pods page by page (kubectl's page size), so a large JobSet never loads at once.
+
+        Each page's body is decoded one pod at a time (`iter_list_items`), and each pod is
+        dropped once it is passed on: memory stays one page of text and one pod of objects
+        whatever the pod count, and what the audit keeps per pod is not scattered among a
+        whole page's freed objects. No field selector narrows the list: the audit reads
+        finished pods too (their J, their slot), so none would be exact.
+        """
+        path = _custom_path("", "v1", namespace, "pods")
+        what = f"pods {namespace} ({label_selector})"
         token: str | None = None
         while True:
-            page = _call(
-                functools.partial(
-                    self._core.list_namespaced_pod,
-                    namespace,
-                    label_selector=label_selector,
-                    limit=PAGE_SIZE,
-                    _continue=token,
-                    _request_timeout=REQUEST_TIMEOUT,
-                ),
-                what=f"pods {namespace} ({label_selector})",
-            )
-            listed = as_object(page)
-            yield from listed.get("items") or []
-            token = (listed.get("metadata") or {}).get("continue")
+            query: list[tuple[str, str | int | bool]] = [
+                ("labelSelector", label_selector),
+                ("limit", PAGE_SIZE),
+            ]
+            if token:
+                query.append(("continue", token))
+            text = _call(functools.partial(self._text, "GET", path, query=query), what=what)
+            rest: dict[str, Any] = {}
+            yield from iter_list_items(text, rest)
+            del text
+            token = shapes.mapping(rest.get("metadata")).get("continue")
             if not token:
                 return
+
+
+_WHITESPACE: Final = re.compile(r"[ \t\n\r]*")
+_DECODER: Final = json.JSONDecoder()
+
+
+def iter_list_items(text: str, rest: dict[str, Any], *, key: str = "items") -> Iterator[Any]:
+    """Yield the elements of the array `key` of the JSON object `text`, one decoded at a time.
+
+    The object's other members are put into `rest` as they are read (all of them once the
+    iteration ends). Anything that is not such an object raises ValueError.
+    """
+
+    def skip(at: int) -> int:
+        match = _WHITESPACE.match(text, at)
+        return match.end() if match else at
+
+    def expect(at: int, char: str) -> int:
+        at = skip(at)
+        if text[at : at + 1] != char:
+            raise ValueError(f"expected {char!r} at {at} of a list body")
+        return at + 1
+
+    at = expect(0, "{")
+    if text[skip(at) : skip(at) + 1] == "}":
+        return
+    while True:
+        name, at = _DECODER.raw_decode(text, skip(at))
+        if not isinstance(name, str):
+            raise ValueError(f"an object key at {at} of a list body is not a string")
+        at = skip(expect(at, ":"))
+        if name == key and text[at : at + 1] == "[":
+            at = skip(at + 1)
+            if text[at : at + 1] == "]":
+                at += 1
+            else:
+                while True:
+                    item, at = _DECODER.raw_decode(text, at)
+                    yield item
+                    del item
+                    at = skip(at)
+                    if text[at : at + 1] == "]":
+                        at += 1
+                        break
+                    at = skip(expect(at, ","))
+        else:
+            rest[name], at = _DECODER.raw_decode(text, at)
+        at = skip(at)
+        if text[at : at + 1] == "}":
+            return
+        at = expect(at, ",")
+
+
+def _watch_events(response: RESTResponse) -> Iterator[dict[str, Any]]:
+    """The events of a watch response, one JSON object a line; an ERROR event is raised."""
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.watch.watch import iter_resp_lines
+
+    for line in iter_resp_lines(response.response):  # type: ignore[no-untyped-call]
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # as the client's own Watch: a line that is not JSON is skipped
+        if event.get("type") == "ERROR":
+            status = shapes.mapping(event.get("object"))
+            reason = f"{status.get('reason')}: {status.get('message')}"
+            raise ApiException(status=status.get("code"), reason=reason)
+        yield event

@@ -71,14 +71,28 @@ def _record_termination(reason: str) -> None:
 
 
 def entrypoint(
-    run: Callable[[S], Result], settings_cls: type[S], *, step: str
+    run: Callable[[S], Result],
+    settings_cls: type[S],
+    *,
+    step: str,
+    about: str,
+    example: str,
 ) -> Callable[[], None]:
-    """Wrap a step's `run` as a console script: exit codes per DESIGN §3."""
+    """Wrap a step's `run` as a console script: exit codes per DESIGN §3.
+
+    `about` (two lines: what the step does) and `example` (one command line) are its --help.
+    """
 
     def main() -> None:
         configure_logging(step)
         try:
-            settings = load_settings(settings_cls, prog=f"dispatch-{step}", argv=sys.argv[1:])
+            settings = load_settings(
+                settings_cls,
+                prog=f"dispatch-{step}",
+                argv=sys.argv[1:],
+                about=about,
+                example=example,
+            )
             if settings.outputs_dir is not None:
                 prepare_outputs_dir(settings.outputs_dir)
             result = run(settings)

@@ -5,13 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
+import textwrap
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, NoReturn, TypeVar
+from typing import Annotated, Any, ClassVar, Final, NoReturn, TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, CliSettingsSource, SettingsConfigDict, SettingsError
 
+from core import errors
 from core.errors import BadInput
 from core.request import (
     RequestError,
@@ -31,6 +36,28 @@ class _OneLineParser(argparse.ArgumentParser):
         raise BadInput(f"{self.prog}: {one_line} (see --help)")
 
 
+class _PrintAndExit(argparse.Action):
+    """`--help` and `--version`: print a text made only when asked for, exit 0."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, *, text: Any, **_: Any) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, nargs=0)
+        self.text = text
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> NoReturn:
+        sys.stdout.write(self.text())
+        parser.exit()
+
+
+DISTRIBUTION: Final = "dispatch-k8s"
+ENV_PREFIX: Final = "DISPATCH_"
+HELP_WIDTH: Final = 92
+
+
+def doc(text: str, *, metavar: str = "", default: str = "") -> Any:
+    """A flag's --help entry: what it means, its value's name, and its default in words."""
+    return Field(description=text, json_schema_extra={"metavar": metavar, "default_text": default})
+
+
 class StepSettings(BaseSettings):
     """What every step takes: where the cluster is and where results go."""
 
@@ -48,9 +75,32 @@ class StepSettings(BaseSettings):
         frozen=True,
     )
 
-    kubeconfig: Path | None = None
-    context: str | None = None
-    outputs_dir: Path | None = None
+    kubeconfig: Annotated[
+        Path | None,
+        doc(
+            "The kubeconfig file that names the cluster and the credentials.",
+            metavar="FILE",
+            default="in a pod (KUBERNETES_SERVICE_HOST set) the in-cluster config, else "
+            "$KUBECONFIG, else ~/.kube/config",
+        ),
+    ] = None
+    context: Annotated[
+        str | None,
+        doc(
+            "The kubeconfig context to use.",
+            metavar="NAME",
+            default="the kubeconfig's current-context",
+        ),
+    ] = None
+    outputs_dir: Annotated[
+        Path | None,
+        doc(
+            "Also write each field of the result to DIR/<field>, without a trailing newline "
+            "(for Argo valueFrom.path and Tekton results).",
+            metavar="DIR",
+            default="none: the result goes to stdout only",
+        ),
+    ] = None
 
 
 S = TypeVar("S", bound=StepSettings)
@@ -81,10 +131,24 @@ def take_verbatim(
     return rest, taken
 
 
-def load_settings(cls: type[S], *, prog: str, argv: list[str]) -> S:
-    """Parse env and flags into `cls`; anything malformed is BadInput in one line."""
+def load_settings(
+    cls: type[S], *, prog: str, argv: list[str], about: str = "", example: str = ""
+) -> S:
+    """Parse env and flags into `cls`; anything malformed is BadInput in one line.
+
+    `--help` prints `render_help` (with `about` and `example`) and `--version` the
+    distribution's version, each exiting 0.
+    """
     argv, verbatim = take_verbatim(argv, cls.verbatim_lists, prog=prog)
-    source: CliSettingsSource[S] = CliSettingsSource(cls, root_parser=_OneLineParser(prog=prog))
+    parser = _OneLineParser(prog=prog, add_help=False)
+    parser.add_argument(
+        "-h",
+        "--help",
+        action=_PrintAndExit,
+        text=lambda: render_help(cls, prog=prog, about=about, example=example),
+    )
+    parser.add_argument("--version", action=_PrintAndExit, text=lambda: version_text(prog))
+    source: CliSettingsSource[S] = CliSettingsSource(cls, root_parser=parser)
     try:
         settings = cls(_cli_settings_source=source(args=argv))
     except ValidationError as e:
@@ -92,6 +156,122 @@ def load_settings(cls: type[S], *, prog: str, argv: list[str]) -> S:
     except SettingsError as e:  # a value pydantic-settings could not even split or decode
         raise BadInput(f"{prog}: {' '.join(str(e).split())}") from e
     return settings.model_copy(update=verbatim) if verbatim else settings
+
+
+def version_text(prog: str) -> str:
+    """`dispatch-hold (dispatch-k8s) 0.1.0`: the installed distribution's version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version(DISTRIBUTION)
+    except PackageNotFoundError:
+        installed = "unknown (not installed)"
+    return f"{prog} ({DISTRIBUTION}) {installed}\n"
+
+
+def env_name(field: str) -> str:
+    """The environment variable that sets a field: DISPATCH_<FIELD>."""
+    return f"{ENV_PREFIX}{field.upper()}"
+
+
+def flag_name(field: str) -> str:
+    """The flag that sets a field: --<field in kebab-case>."""
+    return "--" + field.replace("_", "-")
+
+
+def _extra(info: FieldInfo, key: str) -> str:
+    extra = info.json_schema_extra
+    value = extra.get(key) if isinstance(extra, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+def _default_text(info: FieldInfo) -> str:
+    written = _extra(info, "default_text")
+    if written:
+        return written
+    if info.is_required():
+        return "required"
+    default = info.default
+    if default is None:
+        return "none"
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    return f"{default:g}" if isinstance(default, float) else str(default)
+
+
+def _env_form(info: FieldInfo) -> str:
+    """How the environment variable spells a list or a mapping: as JSON."""
+    shown = str(info.annotation)
+    if "list[" in shown:
+        return ", a JSON list"
+    if "dict[" in shown:
+        return ", a JSON object"
+    return ""
+
+
+def _indented(text: str, indent: int) -> str:
+    return textwrap.fill(
+        text,
+        width=HELP_WIDTH,
+        initial_indent=" " * indent,
+        subsequent_indent=" " * indent,
+        break_on_hyphens=False,  # never split a flag or a character class
+        break_long_words=False,
+    )
+
+
+def exit_code_lines() -> list[str]:
+    """Every exit code a step leaves with, and when (README: Exit codes)."""
+    lines = [(0, "Done, including an idempotent no-op."), (1, "A bug: the traceback is on stderr.")]
+    for error in (
+        errors.BadInput,
+        errors.PreconditionFailed,
+        errors.NotFound,
+        errors.Forbidden,
+        errors.Refused,
+        errors.Foreign,
+        errors.Transient,
+    ):
+        lines.append((error.exit_code, (error.__doc__ or "").strip().splitlines()[0]))
+    return [f"  {code:<4}{text}" for code, text in lines]
+
+
+def render_help(cls: type[StepSettings], *, prog: str, about: str, example: str) -> str:
+    """The step's --help: what it does, each flag (meaning, default, env), exit codes, example."""
+    common = list(StepSettings.model_fields)
+    fields = [name for name in cls.model_fields if name not in common] + common
+    required = [
+        f"{flag_name(name)} {_extra(cls.model_fields[name], 'metavar') or 'VALUE'}"
+        for name in fields
+        if cls.model_fields[name].is_required()
+    ]
+    lines = [f"usage: {prog} {' '.join([*required, '[flags]'])}", ""]
+    lines += [*about.strip().splitlines(), ""]
+    over_file = ", and either over --request-file" if "request_file" in fields else ""
+    header = f"flags (each also set by the environment variable named; a flag wins{over_file}):"
+    lines.append(_indented(header, 0))
+    for name in fields:
+        info = cls.model_fields[name]
+        metavar = _extra(info, "metavar")
+        flag = f"{flag_name(name)}{f' {metavar}' if metavar else ''}"
+        lines.append(f"  {flag}  (env {env_name(name)}{_env_form(info)})")
+        default = _default_text(info)
+        needed = default.startswith("required")
+        ending = f"R{default[1:]}." if needed else f"Default: {default}."
+        lines.append(_indented(f"{info.description or ''} {ending}", 6))
+    lines += [
+        "  -h, --help",
+        _indented("Show this help and exit.", 6),
+        "  --version",
+        _indented(f"Show the version of {DISTRIBUTION} and exit.", 6),
+        "",
+        "exit codes:",
+        *exit_code_lines(),
+        "",
+        "example:",
+        *(f"  {line}" for line in example.strip().splitlines()),
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def read_document(path: Path, *, what: str) -> dict[str, Any]:
@@ -120,27 +300,164 @@ class StartSettings(StepSettings):
 
     verbatim_lists: ClassVar[tuple[str, ...]] = ("command", "args")
 
-    request_file: Path | None = None
-    runtime_file: Path | None = None
-    dry_run: bool = False
+    request_file: Annotated[
+        Path | None,
+        doc(
+            "A JSON or YAML file holding the start request (keys snake_case, camelCase or "
+            "kebab-case); env and flags override its fields.",
+            metavar="FILE",
+            default="none",
+        ),
+    ] = None
+    runtime_file: Annotated[
+        Path | None,
+        doc(
+            "With --dry-run: the (Cluster)TrainingRuntime as a JSON or YAML file, read instead "
+            "of the cluster's; it names the runtime unless the request does.",
+            metavar="FILE",
+            default="none",
+        ),
+    ] = None
+    dry_run: Annotated[
+        bool,
+        doc(
+            "Print the TrainJob that would be created and contact no cluster (needs "
+            "--runtime-file); --no-dry-run turns it off.",
+            default="off",
+        ),
+    ] = False
 
-    job_id: str | None = None
-    generation: int | None = None
-    submission: int | None = None
-    attempt: int | None = None
-    image: str | None = None
-    command: list[str] | None = None
-    args: list[str] | None = None
-    env: dict[str, str] | None = None
-    workdir: str | None = None
-    runtime_kind: RuntimeKind | None = None
-    runtime_name: str | None = None
-    num_nodes: int | None = None
-    resources_per_node: dict[str, dict[str, str | int]] | None = None
-    queue: str | None = None
-    priority_class: str | None = None
-    namespace: str | None = None
-    name: str | None = None
+    job_id: Annotated[
+        str | None,
+        doc(
+            "The job's ID: 1-128 of [A-Za-z0-9._-], starting with a letter or digit.",
+            metavar="ID",
+            default="required: here, in its env variable or in --request-file",
+        ),
+    ] = None
+    generation: Annotated[
+        int | None,
+        doc(
+            "The job generation G, >= 0: the epoch's leading digits, G x 10^12.",
+            metavar="G",
+            default="required: here, in its env variable or in --request-file",
+        ),
+    ] = None
+    submission: Annotated[
+        int | None,
+        doc(
+            "The submission number N, 0 <= N < 1000000: the epoch's middle digits; "
+            "G x 10^6 + N must be at least 1.",
+            metavar="N",
+            default="required: here, in its env variable or in --request-file",
+        ),
+    ] = None
+    attempt: Annotated[
+        int | None,
+        doc(
+            "The attempt number, >= 0: the job sees DISPATCH_ATTEMPT <ID>.<N>.<attempt>.<A>.<J>.",
+            metavar="ATTEMPT",
+            default="required: here, in its env variable or in --request-file",
+        ),
+    ] = None
+    image: Annotated[
+        str | None,
+        doc(
+            "The training image.",
+            metavar="IMAGE",
+            default="required: here, in its env variable or in --request-file",
+        ),
+    ] = None
+    command: Annotated[
+        list[str] | None,
+        doc(
+            "One word of the training command; repeat the flag once per word (--command python "
+            "--command train.py). Each word is kept exactly as given; an image ENTRYPOINT "
+            "cannot be wrapped, so a command is needed.",
+            metavar="WORD",
+            default="required: here, in its env variable or in --request-file",
+        ),
+    ] = None
+    args: Annotated[
+        list[str] | None,
+        doc(
+            "One argument after the command; repeat once per word (--args=--lr --args=0.1). "
+            "Passed untouched in spec.trainer.args.",
+            metavar="WORD",
+            default="none",
+        ),
+    ] = None
+    env: Annotated[
+        dict[str, str] | None,
+        doc(
+            "One environment variable of the job; repeat once per variable. Names are "
+            "[A-Za-z_][A-Za-z0-9_]*; DISPATCH_* names are refused.",
+            metavar="KEY=VALUE",
+            default="none",
+        ),
+    ] = None
+    workdir: Annotated[
+        str | None,
+        doc(
+            "The absolute directory the prologue enters before the command runs.",
+            metavar="DIR",
+            default="the image's",
+        ),
+    ] = None
+    runtime_kind: Annotated[
+        RuntimeKind | None,
+        doc(
+            "The kind of the runtime: ClusterTrainingRuntime or TrainingRuntime.",
+            metavar="KIND",
+            default="ClusterTrainingRuntime",
+        ),
+    ] = None
+    runtime_name: Annotated[
+        str | None,
+        doc(
+            "The dispatch-ready runtime the job runs on (start refuses one that is not).",
+            metavar="NAME",
+            default="required, unless --runtime-file names it",
+        ),
+    ] = None
+    num_nodes: Annotated[
+        int | None,
+        doc("The number of nodes, >= 1.", metavar="N", default="the runtime's"),
+    ] = None
+    resources_per_node: Annotated[
+        dict[str, dict[str, str | int]] | None,
+        doc(
+            'Resources of each node\'s trainer container, as JSON: \'{"requests":{"cpu":"1"}}\' '
+            "(limits and requests). In Kueue mode the pods must request something.",
+            metavar="JSON",
+            default="the runtime's",
+        ),
+    ] = None
+    queue: Annotated[
+        str | None,
+        doc(
+            "A Kueue LocalQueue: Kueue mode, where dispatch-admit and dispatch-approve gate "
+            "every admission.",
+            metavar="NAME",
+            default="none: plain mode (dispatch-unsuspend opens the job)",
+        ),
+    ] = None
+    priority_class: Annotated[
+        str | None,
+        doc("A Kueue WorkloadPriorityClass (needs --queue).", metavar="NAME", default="none"),
+    ] = None
+    namespace: Annotated[
+        str | None,
+        doc("The namespace the TrainJob is made in.", metavar="NAMESPACE", default="default"),
+    ] = None
+    name: Annotated[
+        str | None,
+        doc(
+            "The TrainJob's name, a DNS-1035 label.",
+            metavar="NAME",
+            default="<slug of the job ID>-<hash of job ID, G, N and attempt>",
+        ),
+    ] = None
 
     def start_request(self, *, runtime_defaults: dict[str, str] | None = None) -> StartRequest:
         """Merge the request file, env and flags, and validate the result."""
@@ -159,26 +476,74 @@ class StartSettings(StepSettings):
             raise BadInput(f"start request refused: {e}") from e
 
 
+NAMESPACE_DOC: Final = doc("The TrainJob's namespace.", metavar="NAMESPACE", default="default")
+CHECK_DOC: Final = doc(
+    "The name of this project's AdmissionCheck, as the ClusterQueue lists it.",
+    metavar="NAME",
+    default="dispatch-admission",
+)
+
+
 class TrainJobSettings(StepSettings):
     """A step that acts on one TrainJob."""
 
-    namespace: str = "default"
-    name: str
+    namespace: Annotated[str, NAMESPACE_DOC] = "default"
+    name: Annotated[str, doc("The TrainJob's name.", metavar="NAME", default="required")]
 
 
 class AdmitSettings(TrainJobSettings):
     """`dispatch-admit`: raise A for the Workload's current reservation."""
 
-    check: str = "dispatch-admission"
-    wait: bool = False
-    timeout: float = 300.0  # seconds --wait watches for an admission to act on
+    check: Annotated[str, CHECK_DOC] = "dispatch-admission"
+    wait: Annotated[
+        bool,
+        doc(
+            "Wait for a reservation to act on (list, then watch) and for the last execution's "
+            "Jobs to drain, instead of refusing (6); --no-wait turns it off.",
+            default="off",
+        ),
+    ] = False
+    timeout: Annotated[
+        float,
+        doc(
+            "With --wait: how long to wait before giving up with exit 75.",
+            metavar="SECONDS",
+            default="300",
+        ),
+    ] = 300.0
 
 
 class ApproveSettings(StepSettings):
     """`dispatch-approve`: mark the check Ready for the reservation admit raised A for."""
 
-    namespace: str = "default"
-    workload: str
-    workload_resource_version: str
-    admission: int
-    check: str = "dispatch-admission"
+    namespace: Annotated[
+        str, doc("The Workload's namespace.", metavar="NAMESPACE", default="default")
+    ] = "default"
+    workload: Annotated[
+        str,
+        doc(
+            "The Workload dispatch-admit raised A for (its `workload` result).",
+            metavar="NAME",
+            default="required",
+        ),
+    ]
+    workload_resource_version: Annotated[
+        str,
+        doc(
+            "The Workload's resourceVersion dispatch-admit read (its `workloadResourceVersion` "
+            "result): the approval is preconditioned on it, so it lands on that very "
+            "reservation or not at all (exit 3).",
+            metavar="VERSION",
+            default="required",
+        ),
+    ]
+    admission: Annotated[
+        int,
+        doc(
+            "The A dispatch-admit raised (its `admission` result); it must equal the "
+            "TrainJob's admission floor.",
+            metavar="A",
+            default="required",
+        ),
+    ]
+    check: Annotated[str, CHECK_DOC] = "dispatch-admission"

@@ -102,4 +102,13 @@ def run(settings: AdmitSettings) -> output.Result:
     }
 
 
-main = output.entrypoint(run, AdmitSettings, step="admit")
+ABOUT = (
+    "Kueue gate 1: raise A in the suspended TrainJob for its Workload's current reservation,\n"
+    "in one update preconditioned on the TrainJob read; dispatch-approve then opens the gate."
+)
+EXAMPLE = """\
+dispatch-admit --namespace team-a --name train-42-3f9c1a2b --wait --timeout 3600 \\
+    --outputs-dir /tmp/out
+"""
+
+main = output.entrypoint(run, AdmitSettings, step="admit", about=ABOUT, example=EXAMPLE)

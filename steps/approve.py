@@ -46,4 +46,14 @@ def run(settings: ApproveSettings) -> output.Result:
     }
 
 
-main = output.entrypoint(run, ApproveSettings, step="approve")
+ABOUT = (
+    "Kueue gate 2: mark this project's AdmissionCheck Ready on the Workload, only for the very\n"
+    "reservation dispatch-admit raised A for (preconditioned on the resourceVersion it read)."
+)
+EXAMPLE = """\
+dispatch-approve --namespace team-a --workload "$(cat /tmp/out/workload)" \\
+    --workload-resource-version "$(cat /tmp/out/workloadResourceVersion)" \\
+    --admission "$(cat /tmp/out/admission)"
+"""
+
+main = output.entrypoint(run, ApproveSettings, step="approve", about=ABOUT, example=EXAMPLE)

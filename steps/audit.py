@@ -48,4 +48,12 @@ def run(settings: TrainJobSettings) -> output.Result:
     return {"findings": 0, "resourceVersion": version, "recorded": bool(changes)}
 
 
-main = output.entrypoint(run, TrainJobSettings, step="audit")
+ABOUT = (
+    "Detect resets of A or J (JobSet UID, runtime patch, live pods, executions) and record what\n"
+    "it saw in at most one annotation update; on a finding, flag the TrainJob foreign and exit 7."
+)
+EXAMPLE = """\
+dispatch-audit --namespace team-a --name train-42-3f9c1a2b
+"""
+
+main = output.entrypoint(run, TrainJobSettings, step="audit", about=ABOUT, example=EXAMPLE)

@@ -36,4 +36,12 @@ def run(settings: TrainJobSettings) -> output.Result:
     }
 
 
-main = output.entrypoint(run, TrainJobSettings, step="hold")
+ABOUT = (
+    "Plain mode hold: set spec.suspend true in one update of the TrainJob, preconditioned on\n"
+    "its read; a job already held is left as it is (exit 0), one queued through Kueue refused."
+)
+EXAMPLE = """\
+dispatch-hold --kubeconfig ~/.kube/config --namespace team-a --name train-42-3f9c1a2b
+"""
+
+main = output.entrypoint(run, TrainJobSettings, step="hold", about=ABOUT, example=EXAMPLE)

@@ -100,4 +100,14 @@ def run(settings: StartSettings) -> output.Result:
     }
 
 
-main = output.entrypoint(run, StartSettings, step="start")
+ABOUT = (
+    "Validate the runtime, build the TrainJob (suspended, its command wrapped in the prologue)\n"
+    "and create it once; the same request again is a no-op, another one on its name is refused."
+)
+EXAMPLE = """\
+dispatch-start --namespace team-a --runtime-name dispatch-torch-distributed --job-id train-42 \\
+    --generation 3 --submission 7 --attempt 2 --image registry.example/trainer:1 \\
+    --command python --command train.py --args=--lr --args=0.1
+"""
+
+main = output.entrypoint(run, StartSettings, step="start", about=ABOUT, example=EXAMPLE)

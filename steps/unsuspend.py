@@ -44,4 +44,12 @@ def run(settings: TrainJobSettings) -> output.Result:
     }
 
 
-main = output.entrypoint(run, TrainJobSettings, step="unsuspend")
+ABOUT = (
+    "Plain mode Open and Release: raise A and set spec.suspend false in one update of the\n"
+    "TrainJob, preconditioned on its read; refused (6) while the last execution's Jobs drain."
+)
+EXAMPLE = """\
+dispatch-unsuspend --kubeconfig ~/.kube/config --namespace team-a --name train-42-3f9c1a2b
+"""
+
+main = output.entrypoint(run, TrainJobSettings, step="unsuspend", about=ABOUT, example=EXAMPLE)

@@ -30,6 +30,7 @@ GO_DIRECTIVE: Final = "1.26.0"  # the highest `go` line of the pinned upstream m
 # (reference/controlplane.md, Pitfalls).
 CONTROL_PLANE: Final = "control-plane"
 ENGINES: Final = "engines"
+BENCH: Final = "bench"  # kubectl, for tests/bench only: never part of a control-plane build
 KUBE_VERSION_PACKAGES: Final = (
     "k8s.io/component-base/version",
     "k8s.io/client-go/pkg/version",
@@ -53,16 +54,11 @@ class Component:
     module: str
     version: str
     binaries: dict[str, str]  # binary name -> main package
-    group: str  # "control-plane", or "engines" (Argo and Tekton, built only when asked for)
+    group: str  # "control-plane", "engines" (Argo, Tekton) or "bench" (kubectl): built if asked
     tags: tuple[str, ...] = ()  # Go build tags
     # Symlinks of the upstream repository (path -> target) that its module zip lacks: Go
     # module zips drop symlinks. Built from a copy of the module that has them back.
     links: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def is_engine(self) -> bool:
-        """Whether only the pipeline engines' harness needs this component."""
-        return self.group == ENGINES
 
     @property
     def wrapper_dir(self) -> Path:
@@ -106,8 +102,8 @@ class Component:
         return digest.hexdigest()[:16]
 
 
-def components(*, engines: bool = False) -> list[Component]:
-    """The pinned components in build order: the control plane's, and the engines' if asked."""
+def components(*, engines: bool = False, bench: bool = False) -> list[Component]:
+    """The pinned components in build order: the control plane's, the others' if asked."""
     table = tomllib.loads(VERSIONS_FILE.read_text())
     every = [
         Component(
@@ -121,7 +117,8 @@ def components(*, engines: bool = False) -> list[Component]:
         )
         for name, entry in table.items()
     ]
-    return [c for c in every if engines or not c.is_engine]
+    wanted = {CONTROL_PLANE} | ({ENGINES} if engines else set()) | ({BENCH} if bench else set())
+    return [c for c in every if c.group in wanted]
 
 
 def _go(*args: str, cwd: Path, capture: bool = False) -> str:
@@ -269,7 +266,7 @@ def main(argv: list[str]) -> int:
     engines = "--engines" in names
     names = [name for name in names if name != "--engines"]
     chosen = (
-        [c for c in components(engines=True) if c.name in names]
+        [c for c in components(engines=True, bench=True) if c.name in names]
         if names
         else components(engines=engines)
     )

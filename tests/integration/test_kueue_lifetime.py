@@ -79,7 +79,12 @@ def test_approve_by_hand_without_a_raise_is_refused(
 
     def reserved() -> dict[str, object] | None:
         workload = kueue.workload_of(started.result["uid"])
-        return workload if workload and condition(workload, "QuotaReserved") == "True" else None
+        if not workload or condition(workload, "QuotaReserved") != "True":
+            return None
+        # Kueue's job controller writes PodsReady some 70 ms after the reservation: read
+        # before it, the resourceVersion handed to approve is stale and approve rightly says
+        # so (exit 3) instead of refusing the approval this test is about.
+        return workload if condition(workload, "PodsReady") is not None else None
 
     workload = wait_until(reserved, what="a reservation", timeout=DEADLINE)
     meta = workload["metadata"]

@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from core import trainjob, wire
 from core.errors import PreconditionFailed
@@ -14,6 +15,7 @@ from core.gateway import Gateway
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args
 from tests.integration.lifecycle import TRAINER, content, read_trainjob
+from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration
 RAISERS = 8
@@ -93,9 +95,19 @@ def test_unsuspend_of_a_job_open_on_its_raise_is_a_no_op_and_of_another_is_exit_
     assert content(read_trainjob(custom, namespace, name)) == before
 
     other = step("start", *start_args(namespace, torch_runtime, "by-hand")).result["name"]
-    job = read_trainjob(custom, namespace, other)
-    job["spec"]["suspend"] = False  # opened by hand, without a raise
-    custom.replace_namespaced_custom_object(*TRAINER, namespace, "trainjobs", other, job)
+
+    def open_by_hand() -> bool | None:
+        job = read_trainjob(custom, namespace, other)
+        job["spec"]["suspend"] = False  # opened by hand, without a raise
+        try:
+            custom.replace_namespaced_custom_object(*TRAINER, namespace, "trainjobs", other, job)
+        except ApiException as e:
+            if e.status == 409:  # Trainer wrote its first status in between: read again
+                return None
+            raise
+        return True
+
+    wait_until(open_by_hand, what=f"TrainJob {other} opened by hand")
     before = content(read_trainjob(custom, namespace, other))
     refused = step("unsuspend", "--namespace", namespace, "--name", other)
     assert refused.code == 6

@@ -28,6 +28,7 @@ from tests.integration.lifecycle import (
     content,
     read_trainjob,
     run_step,
+    settled,
 )
 from tests.kueue_objects import KueueSetup
 from tests.pipelines import kube
@@ -48,9 +49,12 @@ def timed(run: Any) -> tuple[StepRun, float]:
     return done, time.monotonic() - began
 
 
-def _started(step: Step, namespace: str, runtime: str, job_id: str) -> tuple[str, list[str]]:
-    """A plain-mode TrainJob, suspended: its name and the flags naming it."""
+def _started(
+    step: Step, custom: client.CustomObjectsApi, namespace: str, runtime: str, job_id: str
+) -> tuple[str, list[str]]:
+    """A plain-mode TrainJob, suspended and settled: its name and the flags naming it."""
     name = str(step("start", *start_args(namespace, runtime, job_id)).result["name"])
+    settled(custom, namespace, name)
     return name, ["--namespace", namespace, "--name", name]
 
 
@@ -164,7 +168,7 @@ def test_a_step_throttled_with_429_exits_75_in_bounded_time_and_writes_nothing(
     custom: client.CustomObjectsApi,
 ) -> None:
     identity = steps_identity
-    name, target = _started(step, namespace, torch_runtime, "throttled")
+    name, target = _started(step, custom, namespace, torch_runtime, "throttled")
     throttling = _throttling(namespace)
     try:
         for document in throttling:
@@ -200,7 +204,7 @@ def test_a_step_with_etcd_gone_exits_75_in_bounded_time_and_a_rerun_raises_once(
     plane: ControlPlane,
     custom: client.CustomObjectsApi,
 ) -> None:
-    name, target = _started(step, namespace, torch_runtime, "no-etcd")
+    name, target = _started(step, custom, namespace, torch_runtime, "no-etcd")
     with plane.stopped("etcd"):
         down, took = timed(lambda: step("unsuspend", *target))
     assert down.code == 75, down.error
@@ -247,7 +251,7 @@ def test_a_write_whose_answer_is_lost_is_75_and_a_rerun_finds_it_done(
     custom: client.CustomObjectsApi,
     tmp_path: Path,
 ) -> None:
-    name, target = _started(step, namespace, torch_runtime, "lost-answer")
+    name, target = _started(step, custom, namespace, torch_runtime, "lost-answer")
     pki = plane.run_dir / "pki"
     with dropping_a_write(plane.kubeconfig, pki, tmp_path, forward_write=True) as (
         proxy,
@@ -288,7 +292,7 @@ def test_tcp_faults_between_a_step_and_the_api_server(
     """Every connection reset at once, or accepted and never answered (a half-open peer: no
     FIN, no data), or every chunk 0.3 s late: a read is retried, nothing hangs past its
     bound, and a rerun raises exactly once."""
-    name, target = _started(step, namespace, torch_runtime, f"tcp-{fault}")
+    name, target = _started(step, custom, namespace, torch_runtime, f"tcp-{fault}")
     with proxied(control_plane.kubeconfig, tmp_path) as (proxy, kubeconfig):
         if fault == "latency":
             proxy.latency = 0.3
@@ -316,7 +320,7 @@ def test_the_api_server_gone_between_a_read_and_the_write_is_75_and_writes_nothi
 ) -> None:
     """The read is answered; the connection is reset as the write is sent, before the API
     server gets it: the step cannot tell that from a lost answer, so it does not resend."""
-    name, target = _started(step, namespace, torch_runtime, "gone-at-write")
+    name, target = _started(step, custom, namespace, torch_runtime, "gone-at-write")
     pki = plane.run_dir / "pki"
     with dropping_a_write(plane.kubeconfig, pki, tmp_path, forward_write=False) as (
         proxy,

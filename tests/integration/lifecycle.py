@@ -264,3 +264,17 @@ def reset_jobset(custom: client.CustomObjectsApi, namespace: str, name: str) -> 
         return uid if uid != old else None
 
     return wait_until(rebuilt, what=f"Trainer to rebuild JobSet {name}", timeout=DEADLINE)
+
+
+def settled(custom: client.CustomObjectsApi, namespace: str, name: str) -> None:
+    """Wait until the controllers have stopped writing a new TrainJob: Trainer writes its
+    status (conditions, then the JobSet's) within a second or so of the create, and a write
+    racing it loses on its resourceVersion. A pipeline's next step runs well after that; a
+    test that writes at once must wait for it (five unchanged reads, 0.2 s apart)."""
+    seen: list[str] = []
+
+    def quiet() -> bool | None:
+        seen.append(str(read_trainjob(custom, namespace, name)["metadata"]["resourceVersion"]))
+        return (len(seen) >= 5 and len(set(seen[-5:])) == 1) or None
+
+    wait_until(quiet, what=f"TrainJob {name} to settle", timeout=DEADLINE)

@@ -14,7 +14,7 @@ from core.errors import PreconditionFailed
 from core.gateway import Gateway
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args
-from tests.integration.lifecycle import TRAINER, content, read_trainjob
+from tests.integration.lifecycle import TRAINER, content, read_trainjob, settled
 from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -29,6 +29,7 @@ def test_concurrent_raisers_on_one_read_never_share_an_a(
     custom: client.CustomObjectsApi,
 ) -> None:
     name = step("start", *start_args(namespace, torch_runtime, "race")).result["name"]
+    settled(custom, namespace, name)  # else Trainer's status write may beat every raiser
     gateway = Gateway.connect(kubeconfig=control_plane.kubeconfig, context=None)
     everyone_has_read = threading.Barrier(RAISERS)
 

@@ -27,6 +27,7 @@ from tests.integration.lifecycle import (
     StepRun,
     content,
     read_trainjob,
+    run_stage,
     run_step,
     settled,
 )
@@ -61,9 +62,10 @@ def _started(
 def _unwritten_then_raised_once(
     step: Step, custom: client.CustomObjectsApi, namespace: str, name: str
 ) -> None:
-    """The fault left the TrainJob as it was, and unsuspend run again raises A to 1."""
+    """The fault left the TrainJob as it was, and unsuspend run again (as a pipeline does:
+    again from its read after a 3, when a controller wrote in between) raises A to 1."""
     assert read_trainjob(custom, namespace, name)["spec"]["suspend"] is True, "nothing written"
-    rerun = step("unsuspend", "--namespace", namespace, "--name", name)
+    rerun = run_stage(step, "unsuspend", "--namespace", namespace, "--name", name)
     assert (rerun.code, rerun.result.get("admission")) == (0, 1), rerun.error
 
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
-from core import runtime, shapes
-from core.identity import IdentityError, parse_counter
-from core.trainjob import runtime_seen
-from core.wire import (
+from dispatch_k8s.core import runtime, shapes
+from dispatch_k8s.core.identity import IdentityError, parse_counter
+from dispatch_k8s.core.trainjob import runtime_seen
+from dispatch_k8s.core.wire import (
     ADMISSION_ANNOTATION,
     ADMISSION_FLOOR_ANNOTATION,
     ALLOW_RANK_RESTART_ANNOTATION,

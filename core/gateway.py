@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import quote
 
-from core import events, shapes, wire
-from core.errors import (
+from dispatch_k8s.core import events, shapes, wire
+from dispatch_k8s.core.errors import (
     BadInput,
     DispatchError,
     Forbidden,

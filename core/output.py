@@ -10,8 +10,8 @@ from typing import Any, Final, TypeVar
 
 from loguru import logger
 
-from core.errors import BadInput, DispatchError
-from core.settings import StepSettings, load_settings
+from dispatch_k8s.core.errors import BadInput, DispatchError
+from dispatch_k8s.core.settings import StepSettings, load_settings
 
 Result = Mapping[str, Any]
 S = TypeVar("S", bound=StepSettings)

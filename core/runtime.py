@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from core.wire import (
+from dispatch_k8s.core.wire import (
     ALLOW_RANK_RESTART_ANNOTATION,
     ALLOW_RESTARTS_ANNOTATION,
     ANCESTOR_LABEL,

@@ -16,9 +16,9 @@ from pydantic import Field, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, CliSettingsSource, SettingsConfigDict, SettingsError
 
-from core import errors
-from core.errors import BadInput
-from core.request import (
+from dispatch_k8s.core import errors
+from dispatch_k8s.core.errors import BadInput
+from dispatch_k8s.core.request import (
     RequestError,
     RuntimeKind,
     StartRequest,

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from core import shapes, wire
-from core.trainjob import Refusal, ResourceVersion, foreign_flag
+from dispatch_k8s.core import shapes, wire
+from dispatch_k8s.core.trainjob import Refusal, ResourceVersion, foreign_flag
 
 TRAINJOB_KIND: Final = "TrainJob"
 READY: Final = "Ready"

@@ -34,9 +34,12 @@ started=$SECONDS
 mkdir -p "$context/src" "$context/wheels"
 cp "$repo/pyproject.toml" "$repo/README.md" "$context/src/"
 cp -r "$repo/bin" "$context/src/"
+# The folders linked under dispatch_k8s/ are copied into it here, as the wheel has them.
+mkdir -p "$context/src/dispatch_k8s"
+cp "$repo/dispatch_k8s/__init__.py" "$context/src/dispatch_k8s/"
 for package in core steps; do
-  mkdir -p "$context/src/$package"
-  cp "$repo/$package"/*.py "$context/src/$package/"
+  mkdir -p "$context/src/dispatch_k8s/$package"
+  cp "$repo/$package"/*.py "$context/src/dispatch_k8s/$package/"
 done
 echo "build.sh: building the dispatch-k8s $version wheel" >&2
 # Fixed zip timestamps: the same sources give the same wheel, so docker's layer cache holds.

@@ -8,10 +8,10 @@ from typing import Any
 
 from loguru import logger
 
-from core import events, output, trainjob, wire, workload
-from core.errors import Refused, Transient
-from core.gateway import Gateway
-from core.settings import AdmitSettings
+from dispatch_k8s.core import events, output, trainjob, wire, workload
+from dispatch_k8s.core.errors import Refused, Transient
+from dispatch_k8s.core.gateway import Gateway
+from dispatch_k8s.core.settings import AdmitSettings
 
 
 def _reservation_among(

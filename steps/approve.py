@@ -6,10 +6,10 @@ from datetime import UTC, datetime
 
 from loguru import logger
 
-from core import output, trainjob, workload
-from core.errors import PreconditionFailed, Refused
-from core.gateway import Gateway
-from core.settings import ApproveSettings
+from dispatch_k8s.core import output, trainjob, workload
+from dispatch_k8s.core.errors import PreconditionFailed, Refused
+from dispatch_k8s.core.gateway import Gateway
+from dispatch_k8s.core.settings import ApproveSettings
 
 
 def run(settings: ApproveSettings) -> output.Result:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from loguru import logger
 
-from core import audit, events, output, trainjob, wire
-from core.errors import Foreign
-from core.gateway import Gateway
-from core.settings import TrainJobSettings
+from dispatch_k8s.core import audit, events, output, trainjob, wire
+from dispatch_k8s.core.errors import Foreign
+from dispatch_k8s.core.gateway import Gateway
+from dispatch_k8s.core.settings import TrainJobSettings
 
 
 def run(settings: TrainJobSettings) -> output.Result:

@@ -6,10 +6,10 @@ import copy
 
 from loguru import logger
 
-from core import output, trainjob
-from core.errors import Refused
-from core.gateway import Gateway
-from core.settings import TrainJobSettings
+from dispatch_k8s.core import output, trainjob
+from dispatch_k8s.core.errors import Refused
+from dispatch_k8s.core.gateway import Gateway
+from dispatch_k8s.core.settings import TrainJobSettings
 
 
 def run(settings: TrainJobSettings) -> output.Result:

@@ -7,11 +7,11 @@ from typing import Any
 
 from loguru import logger
 
-from core import output, runtime, trainjob
-from core.errors import BadInput, Refused
-from core.gateway import Gateway
-from core.request import StartRequest
-from core.settings import StartSettings, read_document
+from dispatch_k8s.core import output, runtime, trainjob
+from dispatch_k8s.core.errors import BadInput, Refused
+from dispatch_k8s.core.gateway import Gateway
+from dispatch_k8s.core.request import StartRequest
+from dispatch_k8s.core.settings import StartSettings, read_document
 
 
 def _runtime_from_file(settings: StartSettings) -> tuple[StartRequest, dict[str, Any]]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from core.identity import Identity
+from dispatch_k8s.core.identity import Identity
 from tests.cluster.harness import ControlPlane
 from tests.images.engine import BUSYBOX
 from tests.integration.lifecycle import (

@@ -23,7 +23,7 @@ from typing import Any, Final, Literal
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from core import wire
+from dispatch_k8s.core import wire
 from tests.pipelines import kube
 from tests.requests import trainjob_body
 from tests.shipped import PIPELINES, Manifest, documents

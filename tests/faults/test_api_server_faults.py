@@ -16,8 +16,8 @@ from typing import Any, Final
 import pytest
 from kubernetes import client
 
-from core import trainjob, wire
-from core.gateway import ATTEMPTS, REQUEST_TIMEOUT
+from dispatch_k8s.core import trainjob, wire
+from dispatch_k8s.core.gateway import ATTEMPTS, REQUEST_TIMEOUT
 from tests.cluster.harness import ControlPlane
 from tests.conftest import Cluster
 from tests.faults.write_dropper import dropping_a_write

@@ -15,7 +15,7 @@ from typing import Any, Final
 import pytest
 from kubernetes import client
 
-from core import output, wire
+from dispatch_k8s.core import output, wire
 from tests.images import engine
 from tests.images.containers import ContainerRun, Mount, run_container
 from tests.requests import request_flags

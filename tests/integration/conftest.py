@@ -11,7 +11,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from core import wire
+from dispatch_k8s.core import wire
 from tests.conftest import Cluster
 from tests.integration.lifecycle import DEADLINE, Kubelet, StepRun, admit_and_approve, run_step
 from tests.kueue_objects import KueueSetup

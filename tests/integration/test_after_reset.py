@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from core import wire
+from dispatch_k8s.core import wire
 from tests.integration.conftest import Step, start_args, start_queued, wait_suspended
 from tests.integration.lifecycle import (
     TRAINER,

@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from core import wire
+from dispatch_k8s.core import wire
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args, start_queued, wait_suspended
 from tests.integration.lifecycle import (

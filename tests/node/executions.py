@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 import yaml
 from kubernetes import client
 
-from core import wire
-from core.identity import Counts, Identity, attempt_token, epoch
+from dispatch_k8s.core import wire
+from dispatch_k8s.core.identity import Counts, Identity, attempt_token, epoch
 from tests.cluster.engines import loopback_api_env
 from tests.cluster.node import TOLERATION
 from tests.cluster.process import LOOPBACK

@@ -22,7 +22,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from core import output, wire
+from dispatch_k8s.core import output, wire
 from tests.conftest import Cluster
 from tests.pipelines import render
 from tests.pipelines.identity import (

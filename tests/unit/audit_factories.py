@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from core.trainjob import build_runtime_patch
-from core.wire import (
+from dispatch_k8s.core.trainjob import build_runtime_patch
+from dispatch_k8s.core.wire import (
     ADMISSION_ANNOTATION,
     ADMISSION_FLOOR_ANNOTATION,
     COMPLETION_INDEX_KEY,

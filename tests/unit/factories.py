@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from core.wire import ALLOW_RANK_RESTART_ANNOTATION, ANCESTOR_LABEL, ANCESTOR_TRAINER
+from dispatch_k8s.core.wire import ALLOW_RANK_RESTART_ANNOTATION, ANCESTOR_LABEL, ANCESTOR_TRAINER
 
 
 def container_dict(name: str = "node", **fields: Any) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.audit import (
+from dispatch_k8s.core.audit import (
     CAUSE_SEPARATOR,
     MAX_CAUSE_CHARS,
     Execution,
@@ -24,7 +24,7 @@ from core.audit import (
     decide_findings,
     with_annotations,
 )
-from core.wire import (
+from dispatch_k8s.core.wire import (
     ADMISSION_ANNOTATION,
     ADMISSION_FLOOR_ANNOTATION,
     FOREIGN,

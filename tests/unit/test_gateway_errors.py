@@ -17,8 +17,8 @@ import urllib3
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from core import gateway
-from core.errors import (
+from dispatch_k8s.core import gateway
+from dispatch_k8s.core.errors import (
     DispatchError,
     Forbidden,
     NotFound,
@@ -130,7 +130,7 @@ def test_reads_are_retried_and_writes_only_where_nothing_was_applied(
 @pytest.fixture
 def no_backoff(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     slept: list[float] = []
-    monkeypatch.setattr("core.gateway.time.sleep", slept.append)
+    monkeypatch.setattr("dispatch_k8s.core.gateway.time.sleep", slept.append)
     return slept
 
 

@@ -17,10 +17,10 @@ from typing import Final, get_type_hints
 import pytest
 import yaml
 
-from core import errors
-from core.errors import BadInput
-from core.gateway import Gateway
-from core.settings import StepSettings, env_name, flag_name, load_settings
+from dispatch_k8s.core import errors
+from dispatch_k8s.core.errors import BadInput
+from dispatch_k8s.core.gateway import Gateway
+from dispatch_k8s.core.settings import StepSettings, env_name, flag_name, load_settings
 
 REPO: Final = Path(__file__).resolve().parents[2]
 BIN: Final = Path(sys.executable).parent

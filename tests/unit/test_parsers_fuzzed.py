@@ -15,10 +15,10 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core import audit, trainjob, workload
-from core.errors import BadInput
-from core.request import StartRequest
-from core.settings import (
+from dispatch_k8s.core import audit, trainjob, workload
+from dispatch_k8s.core.errors import BadInput
+from dispatch_k8s.core.request import StartRequest
+from dispatch_k8s.core.settings import (
     AdmitSettings,
     ApproveSettings,
     StartSettings,

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core import wire
-from core.identity import Counts, Identity, attempt_token, epoch
-from core.prologue import EXIT_REFUSED, PROLOGUE, wrap_command
+from dispatch_k8s.core import wire
+from dispatch_k8s.core.identity import Counts, Identity, attempt_token, epoch
+from dispatch_k8s.core.prologue import EXIT_REFUSED, PROLOGUE, wrap_command
 from tests.shells import SHELLS, Shell, shell_argv0
 
 IDENTITY = Identity(job_id="job-1", generation=3, submission=7, attempt=2)

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
-from core import wire
-from core.identity import Counts, Identity, attempt_token, epoch
-from core.prologue import EXIT_REFUSED
+from dispatch_k8s.core import wire
+from dispatch_k8s.core.identity import Counts, Identity, attempt_token, epoch
+from dispatch_k8s.core.prologue import EXIT_REFUSED
 from tests.requests import request_flags
 from tests.shells import SHELLS, Shell, resolve_downward_env, shell_argv0
 

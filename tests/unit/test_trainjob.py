@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core import wire
-from core.trainjob import (
+from dispatch_k8s.core import wire
+from dispatch_k8s.core.trainjob import (
     Draining,
     ForeignFlag,
     Raise,

@@ -1,0 +1,93 @@
+"""The installed distribution owns one top-level import package, `dispatch_k8s`, and works
+beside other distributions' `core` and `steps` packages."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import sysconfig
+import venv
+import zipfile
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+REPO: Final = Path(__file__).resolve().parents[2]
+# What the wheel is built from: the source folders and their links under dispatch_k8s/.
+SOURCES: Final = ("pyproject.toml", "README.md", "bin", "dispatch_k8s", "core", "steps")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    source = tmp_path_factory.mktemp("source")
+    for name in SOURCES:
+        path = REPO / name
+        if path.is_dir():
+            ignored = shutil.ignore_patterns("__pycache__")
+            shutil.copytree(path, source / name, symlinks=True, ignore=ignored)
+        else:
+            shutil.copy(path, source / name)
+    wheels = tmp_path_factory.mktemp("wheels")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", wheels, source],
+        check=True,
+    )
+    (built,) = wheels.glob("dispatch_k8s-*.whl")
+    return built
+
+
+def test_the_wheel_has_one_top_level_package(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names if ".dist-info/" not in name}
+    assert tops == {"dispatch_k8s", "dispatch_k8s-0.1.0.data"}  # .data: the gates script
+    assert "dispatch_k8s/core/identity.py" in names
+    assert "dispatch_k8s/steps/hold.py" in names
+    (top_level,) = [name for name in names if name.endswith(".dist-info/top_level.txt")]
+    assert zipfile.ZipFile(wheel).read(top_level).decode().split() == ["dispatch_k8s"]
+
+
+def test_it_installs_beside_other_core_and_steps_packages(wheel: Path, tmp_path: Path) -> None:
+    env = tmp_path / "env"
+    venv.create(env, with_pip=False)
+    site = Path(sysconfig.get_path("purelib", vars={"base": str(env), "platbase": str(env)}))
+    # Another distribution's `core` and `steps`, installed first.
+    for other in ("core", "steps"):
+        (site / other).mkdir()
+        (site / other / "__init__.py").write_text(f"WHOSE = 'another {other}'\n")
+    # The dependencies come from this venv's site-packages, after the new env's own.
+    (site / "dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            env / "bin" / "python",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            wheel,
+        ],
+        check=True,
+    )
+    probe = (
+        "import core, steps, dispatch_k8s.core.identity, dispatch_k8s.steps.hold;"
+        "print(core.WHOSE, steps.WHOSE, dispatch_k8s.core.identity.__name__)"
+    )
+    # Run outside the checkout, whose own core/ and steps/ would come first on sys.path.
+    ran = subprocess.run(
+        [env / "bin" / "python", "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
+    assert ran.stdout.split("\n")[0] == "another core another steps dispatch_k8s.core.identity"
+    version = subprocess.run(
+        [env / "bin" / "dispatch-hold", "--version"], capture_output=True, text=True, check=True
+    )
+    assert version.stdout.strip() == "dispatch-hold (dispatch-k8s) 0.1.0"
+    assert (env / "bin" / "dispatch-kueue-gates").exists()

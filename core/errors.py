@@ -51,3 +51,7 @@ class Transient(DispatchError):
     """The API was unreachable or overloaded after bounded retries: run the step again."""
 
     exit_code = 75
+
+
+class Expired(Transient):
+    """A watch's resourceVersion is too old for the API server (410): list again."""

@@ -8,6 +8,7 @@ writes only where the server surely did not apply them (429, connection refused)
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -23,6 +24,7 @@ from dispatch_k8s.core import events, shapes, wire
 from dispatch_k8s.core.errors import (
     BadInput,
     DispatchError,
+    Expired,
     Forbidden,
     NotFound,
     PreconditionFailed,
@@ -46,6 +48,7 @@ PAGE_SIZE: Final = 500  # kubectl's --chunk-size: one page of a large pod list a
 TRAINJOBS: Final = "trainjobs"
 JOBSETS: Final = "jobsets"
 WORKLOADS: Final = "workloads"
+ADMISSION_CHECKS: Final = "admissionchecks"
 RUNTIME_PLURALS: Final = {
     "ClusterTrainingRuntime": "clustertrainingruntimes",
     "TrainingRuntime": "trainingruntimes",
@@ -67,6 +70,23 @@ def _custom_path(
     path = f"{prefix}/namespaces/{quote(namespace, safe='')}" if namespace else prefix
     path = f"{path}/{plural}"
     return f"{path}/{quote(name, safe='')}" if name is not None else path
+
+
+def _lease_path(namespace: str, name: str | None = None) -> str:
+    return _custom_path("coordination.k8s.io", "v1", namespace, "leases", name)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Resource:
+    """A collection the API serves: what LIST and WATCH paths are made of."""
+
+    group: str
+    version: str
+    plural: str
+
+
+WORKLOAD_RESOURCE: Final = Resource(wire.KUEUE_GROUP, wire.KUEUE_VERSION, WORKLOADS)
+ADMISSION_CHECK_RESOURCE: Final = Resource(wire.KUEUE_GROUP, wire.KUEUE_VERSION, ADMISSION_CHECKS)
 
 
 def _status_message(error: ApiException) -> str:
@@ -372,49 +392,77 @@ class Gateway:
         self, namespace: str, label_selector: str, *, timeout: float
     ) -> Iterator[dict[str, Any]]:
         """Every version of the matching Workloads: the current ones, then changes."""
-        import urllib3
-        from kubernetes.client.exceptions import ApiException
-
         deadline = time.monotonic() + timeout
         listed = self._list_workloads(namespace, label_selector)
         yield from listed.get("items") or []
         version = listed["metadata"]["resourceVersion"]
         path = _custom_path(wire.KUEUE_GROUP, wire.KUEUE_VERSION, namespace, WORKLOADS)
-        what = f"watch Workloads {namespace}"
         while (left := deadline - time.monotonic()) > 0:
             try:
-                response = self._send(
-                    "GET",
-                    path,
-                    query=[
-                        ("labelSelector", label_selector),
-                        ("resourceVersion", version),
-                        ("timeoutSeconds", max(1, int(left))),
-                        ("allowWatchBookmarks", True),
-                        ("watch", True),
-                    ],
-                    # The server ends the watch at timeoutSeconds; a connection that stops
-                    # answering without closing (no FIN) must end too, not hang the step.
-                    timeout=(REQUEST_TIMEOUT, left + WATCH_GRACE),
+                for kind, obj in self._watch(
+                    path, version=version, timeout=left, label_selector=label_selector
+                ):
+                    version = obj.get("metadata", {}).get("resourceVersion", version)
+                    if kind in ("ADDED", "MODIFIED"):
+                        yield obj
+            except Expired:  # the watch window expired: list again from now
+                yield from self.watch_workloads(
+                    namespace, label_selector, timeout=deadline - time.monotonic()
                 )
-                try:
-                    for event in _watch_events(response):
-                        obj = as_object(event["object"])
-                        version = obj.get("metadata", {}).get("resourceVersion", version)
-                        if event["type"] in ("ADDED", "MODIFIED"):
-                            yield obj
-                finally:  # also when the caller stops early: the connection is not reused
-                    response.response.close()
-                    response.response.release_conn()
-            except ApiException as e:
-                if e.status == 410:  # the watch window expired: list again from now
-                    yield from self.watch_workloads(
-                        namespace, label_selector, timeout=deadline - time.monotonic()
-                    )
-                    return
-                raise error_for(e, what) from e
-            except urllib3.exceptions.HTTPError as e:  # cut, reset or stalled: run it again
-                raise Transient(f"{what}: connection lost: {type(e).__name__}") from e
+                return
+
+    def list_all(self, resource: Resource, namespace: str | None = None) -> dict[str, Any]:
+        """LIST a whole collection, cluster-wide when `namespace` is None (one request)."""
+        path = _custom_path(resource.group, resource.version, namespace, resource.plural)
+        return self._get(path, what=f"{resource.plural} in {namespace or 'all namespaces'}")
+
+    def watch_all(
+        self, resource: Resource, namespace: str | None, *, version: str, timeout: float
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The collection's changes after `version`, as (type, object), BOOKMARKs included.
+
+        Ends when the server ends the watch (about `timeout`); Expired when `version` is too
+        old to watch from (list again), Transient when the connection is lost.
+        """
+        path = _custom_path(resource.group, resource.version, namespace, resource.plural)
+        return self._watch(path, version=version, timeout=timeout)
+
+    def _watch(
+        self, path: str, *, version: str, timeout: float, label_selector: str = ""
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        import urllib3
+        from kubernetes.client.exceptions import ApiException
+
+        what = f"watch {path}"
+        query: list[tuple[str, str | int | bool]] = [
+            ("resourceVersion", version),
+            ("timeoutSeconds", max(1, int(timeout))),
+            ("allowWatchBookmarks", True),
+            ("watch", True),
+        ]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        try:
+            response = self._send(
+                "GET",
+                path,
+                query=query,
+                # The server ends the watch at timeoutSeconds; a connection that stops
+                # answering without closing (no FIN) must end too, not hang the caller.
+                timeout=(REQUEST_TIMEOUT, timeout + WATCH_GRACE),
+            )
+            try:
+                for event in _watch_events(response):
+                    yield str(event["type"]), as_object(event["object"])
+            finally:  # also when the caller stops early: the connection is not reused
+                response.response.close()
+                response.response.release_conn()
+        except ApiException as e:
+            if e.status == 410:
+                raise Expired(f"{what}: resourceVersion {version} is too old") from e
+            raise error_for(e, what) from e
+        except urllib3.exceptions.HTTPError as e:  # cut, reset or stalled: run it again
+            raise Transient(f"{what}: connection lost: {type(e).__name__}") from e
 
     def apply_workload_status(self, workload: Mapping[str, Any], *, manager: str) -> dict[str, Any]:
         """Server-side apply to workloads/status; the body's resourceVersion is the precondition."""
@@ -430,6 +478,41 @@ class Gateway:
             content_type=APPLY_PATCH,  # JSON is YAML: the client sends the dict as JSON
             what=f"Workload {meta['namespace']}/{meta['name']} status",
         )
+
+    # Kueue AdmissionChecks
+
+    def apply_admission_check_status(
+        self, check: Mapping[str, Any], *, manager: str
+    ) -> dict[str, Any]:
+        """Server-side apply to admissionchecks/status (its conditions are a map list)."""
+        name = check["metadata"]["name"]
+        path = _custom_path(wire.KUEUE_GROUP, wire.KUEUE_VERSION, None, ADMISSION_CHECKS, name)
+        return self._write(
+            "PATCH",
+            f"{path}/status",
+            dict(check),
+            query=[("fieldManager", manager), ("force", True)],
+            content_type=APPLY_PATCH,
+            what=f"AdmissionCheck {name} status",
+        )
+
+    # Leases
+
+    def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """GET a Lease; None when there is none."""
+        try:
+            return self._get(_lease_path(namespace, name), what=f"Lease {namespace}/{name}")
+        except NotFound:
+            return None
+
+    def write_lease(self, lease: Mapping[str, Any]) -> dict[str, Any]:
+        """Create the Lease, or PUT it preconditioned on the resourceVersion it carries."""
+        meta = lease["metadata"]
+        what = f"Lease {meta['namespace']}/{meta['name']}"
+        if meta.get("resourceVersion"):
+            path = _lease_path(meta["namespace"], meta["name"])
+            return self._write("PUT", path, dict(lease), what=what)
+        return self._write("POST", _lease_path(meta["namespace"]), dict(lease), what=what)
 
     # Events
 

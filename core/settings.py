@@ -9,7 +9,7 @@ import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Final, NoReturn, TypeVar
+from typing import Annotated, Any, ClassVar, Final, Literal, NoReturn, TypeVar
 
 import yaml
 from pydantic import Field, ValidationError
@@ -58,8 +58,8 @@ def doc(text: str, *, metavar: str = "", default: str = "") -> Any:
     return Field(description=text, json_schema_extra={"metavar": metavar, "default_text": default})
 
 
-class StepSettings(BaseSettings):
-    """What every step takes: where the cluster is and where results go."""
+class ClusterSettings(BaseSettings):
+    """What every command takes: where the cluster is."""
 
     # List flags whose every word is kept exactly as given: pydantic-settings would read
     # `--command a,b` as two words and `--command '[x]'` as JSON (DESIGN §2: no word of the
@@ -92,6 +92,11 @@ class StepSettings(BaseSettings):
             default="the kubeconfig's current-context",
         ),
     ] = None
+
+
+class StepSettings(ClusterSettings):
+    """What every step takes: where the cluster is and where results go."""
+
     outputs_dir: Annotated[
         Path | None,
         doc(
@@ -103,7 +108,7 @@ class StepSettings(BaseSettings):
     ] = None
 
 
-S = TypeVar("S", bound=StepSettings)
+S = TypeVar("S", bound=ClusterSettings)
 
 
 def take_verbatim(
@@ -236,9 +241,9 @@ def exit_code_lines() -> list[str]:
     return [f"  {code:<4}{text}" for code, text in lines]
 
 
-def render_help(cls: type[StepSettings], *, prog: str, about: str, example: str) -> str:
+def render_help(cls: type[ClusterSettings], *, prog: str, about: str, example: str) -> str:
     """The step's --help: what it does, each flag (meaning, default, env), exit codes, example."""
-    common = list(StepSettings.model_fields)
+    common = [name for name in StepSettings.model_fields if name in cls.model_fields]
     fields = [name for name in cls.model_fields if name not in common] + common
     required = [
         f"{flag_name(name)} {_extra(cls.model_fields[name], 'metavar') or 'VALUE'}"
@@ -547,3 +552,75 @@ class ApproveSettings(StepSettings):
         ),
     ]
     check: Annotated[str, CHECK_DOC] = "dispatch-admission"
+
+
+class ControllerSettings(ClusterSettings):
+    """`dispatch-admission-controller`: gate every Workload of this project's checks."""
+
+    namespaces: Annotated[
+        list[str],
+        doc(
+            "Gate the Workloads of these namespaces only (repeat the flag, or a comma-separated "
+            "list); the controller then lists and watches each namespace, and needs Workload "
+            "RBAC only there.",
+            metavar="NAMESPACE",
+            default="every namespace",
+        ),
+    ] = []
+    workers: Annotated[
+        int,
+        doc(
+            "How many Workloads are gated at once (each Workload by one worker at a time).",
+            metavar="N",
+        ),
+    ] = 4
+    resync_seconds: Annotated[
+        float,
+        doc(
+            "How often every Workload is listed and looked at again, whatever the watch said.",
+            metavar="SECONDS",
+        ),
+    ] = 60.0
+    other_workloads: Annotated[
+        Literal["approve", "leave"],
+        doc(
+            "A Workload of the check that is not a dispatch-managed TrainJob (a plain Job, "
+            "another team's TrainJob): `approve` marks the check Ready at once, with a "
+            "message saying nothing was raised; `leave` leaves it Pending for someone else.",
+            metavar="approve|leave",
+        ),
+    ] = "approve"
+    address: Annotated[
+        str,
+        doc(
+            "Where /metrics (Prometheus), /healthz and /readyz are served, HOST:PORT.",
+            metavar="HOST:PORT",
+        ),
+    ] = "127.0.0.1:8080"
+    lease_namespace: Annotated[
+        str,
+        doc(
+            "The namespace of the leader-election Lease (the controller's own).",
+            metavar="NAMESPACE",
+        ),
+    ] = "dispatch-system"
+    lease_name: Annotated[str, doc("The name of the leader-election Lease.", metavar="NAME")] = (
+        "dispatch-admission-controller"
+    )
+    identity: Annotated[
+        str,
+        doc(
+            "This replica's name in the Lease (the pod's name in the shipped Deployment).",
+            metavar="NAME",
+            default="the host name and a random suffix",
+        ),
+    ] = ""
+    lease_seconds: Annotated[
+        int,
+        doc(
+            "How long a Lease not renewed stays with its holder before another replica takes "
+            "it; the leader renews every third of it and stops leading when it could not "
+            "renew for two thirds.",
+            metavar="SECONDS",
+        ),
+    ] = 15

@@ -130,6 +130,14 @@ def decide_reservation(
         return Refusal(
             f"Workload {name} is controlled by {owner or 'no TrainJob'}, not TrainJob {trainjob}"
         )
+    return pending_reservation(workload, check=check)
+
+
+def pending_reservation(
+    workload: Mapping[str, Any], *, check: str
+) -> Reservation | Skip | Finished | Refusal:
+    """The Workload's current reservation, if it waits on check `check`, whoever owns it."""
+    name = workload["metadata"]["name"]
     if workload["metadata"].get("deletionTimestamp"):
         return Skip(f"Workload {name} is being deleted: wait for the one Kueue makes next")
     if _is_true(workload, "Finished"):
@@ -219,12 +227,17 @@ def decide_approval(
     return None
 
 
+def approval_message(admission: int) -> str:
+    """What an approval after a raise tells, on the Workload's check state."""
+    return f"dispatch: admission count raised to {admission}"
+
+
 def build_approval(
     workload: Mapping[str, Any],
     *,
     check: str,
     resource_version: ResourceVersion,
-    admission: int,
+    message: str,
     now: str,
 ) -> dict[str, Any]:
     """A server-side-apply body setting only our check Ready, preconditioned on the read.
@@ -247,7 +260,7 @@ def build_approval(
                 {
                     "name": check,
                     "state": READY,
-                    "message": f"dispatch: admission count raised to {admission}",
+                    "message": message,
                     "lastTransitionTime": now,
                 }
             ]

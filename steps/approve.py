@@ -35,7 +35,7 @@ def run(settings: ApproveSettings) -> output.Result:
         current,
         check=settings.check,
         resource_version=trainjob.ResourceVersion(settings.workload_resource_version),
-        admission=settings.admission,
+        message=workload.approval_message(settings.admission),
         now=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     )
     written = gateway.apply_workload_status(body, manager=workload.CHECK_MANAGER)

@@ -20,7 +20,7 @@ import yaml
 from dispatch_k8s.core import errors
 from dispatch_k8s.core.errors import BadInput
 from dispatch_k8s.core.gateway import Gateway
-from dispatch_k8s.core.settings import StepSettings, env_name, flag_name, load_settings
+from dispatch_k8s.core.settings import ClusterSettings, env_name, flag_name, load_settings
 
 REPO: Final = Path(__file__).resolve().parents[2]
 BIN: Final = Path(sys.executable).parent
@@ -33,10 +33,10 @@ def step_module(script: str) -> ModuleType:
     return importlib.import_module(SCRIPTS[script].partition(":")[0])
 
 
-def settings_of(script: str) -> type[StepSettings]:
+def settings_of(script: str) -> type[ClusterSettings]:
     cls = get_type_hints(step_module(script).run)["settings"]
     assert isinstance(cls, type)
-    assert issubclass(cls, StepSettings)
+    assert issubclass(cls, ClusterSettings)
     return cls
 
 

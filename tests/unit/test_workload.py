@@ -12,6 +12,7 @@ from dispatch_k8s.core.workload import (
     Finished,
     Reservation,
     Skip,
+    approval_message,
     build_approval,
     decide_approval,
     decide_reservation,
@@ -202,7 +203,7 @@ def test_approval_sets_only_our_check_and_carries_the_precondition() -> None:
         workload_dict(),
         check=CHECK,
         resource_version=ResourceVersion("900"),
-        admission=4,
+        message=approval_message(4),
         now="2026-11-30T10:00:05Z",
     )
     assert body["metadata"]["resourceVersion"] == "900"

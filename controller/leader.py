@@ -1,0 +1,113 @@
+"""One replica acts: leader election on a Lease (core/lease.py has the rules)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from loguru import logger
+
+from dispatch_k8s.core import lease, shapes
+from dispatch_k8s.core.errors import DispatchError, PreconditionFailed
+from dispatch_k8s.core.gateway import Gateway
+
+
+def micro_time() -> str:
+    """Now as a Kubernetes MicroTime."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Elector:
+    """Takes, renews and frees one Lease for one identity.
+
+    Expiry is judged by this replica's monotonic clock from when it last saw the Lease's
+    record change, as client-go does: clocks of two machines are never compared.
+    """
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        *,
+        namespace: str,
+        name: str,
+        identity: str,
+        lease_seconds: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._gateway = gateway
+        self._namespace, self._name, self.identity = namespace, name, identity
+        self._lease_seconds = lease_seconds
+        self.retry_seconds = lease_seconds / 5  # client-go's 2 s for 15
+        self.renew_deadline = lease_seconds * 2 / 3  # client-go's 10 s for 15
+        self._clock = clock
+        self._observed: tuple[tuple[str, str], float] | None = None
+        self._held: dict[str, Any] | None = None
+
+    def try_once(self) -> bool:
+        """Read the Lease, take or renew it if this replica may: whether it leads now."""
+        try:
+            current = self._gateway.read_lease(self._namespace, self._name)
+        except DispatchError as e:
+            logger.bind(error=str(e)).warning("cannot read the leader Lease")
+            return False
+        now = self._clock()
+        seen = lease.record(current)
+        if self._observed is None or self._observed[0] != seen:
+            self._observed = (seen, now)
+        holder = lease.holder(current)
+        duration = shapes.at(current, "spec").get("leaseDurationSeconds")
+        duration = duration if isinstance(duration, int) else self._lease_seconds
+        if holder not in ("", self.identity) and now - self._observed[1] < duration:
+            return False
+        body = lease.claim(
+            current,
+            namespace=self._namespace,
+            name=self._name,
+            identity=self.identity,
+            duration_seconds=self._lease_seconds,
+            now=micro_time(),
+        )
+        try:
+            written = self._gateway.write_lease(body)
+        except PreconditionFailed:
+            return False  # another replica wrote it first
+        except DispatchError as e:
+            logger.bind(error=str(e)).warning("cannot write the leader Lease")
+            return False
+        if holder != self.identity:
+            logger.bind(lease=self._name, previous=holder or None).info("leading")
+        self._held = written
+        self._observed = (lease.record(written), self._clock())
+        return True
+
+    def acquire(self, stop: threading.Event) -> bool:
+        """Wait until this replica leads (True) or `stop` is set (False)."""
+        while not stop.is_set():
+            if self.try_once():
+                return True
+            stop.wait(self.retry_seconds)
+        return False
+
+    def keep(self, stop: threading.Event, lost: threading.Event) -> None:
+        """Renew until `stop`; set `lost` when no renewal succeeded for the renew deadline."""
+        renewed = self._clock()
+        while not stop.wait(self.retry_seconds):
+            if self.try_once():
+                renewed = self._clock()
+            elif self._clock() - renewed > self.renew_deadline:
+                logger.bind(lease=self._name).error("lost the leader Lease")
+                lost.set()
+                return
+
+    def release(self) -> None:
+        """Free the Lease if this replica still holds it (a graceful stop), best effort."""
+        if self._held is None or lease.holder(self._held) != self.identity:
+            return
+        try:
+            self._gateway.write_lease(lease.released(self._held, now=micro_time()))
+            logger.bind(lease=self._name).info("released the leader Lease")
+        except DispatchError as e:
+            logger.bind(error=str(e)).warning("cannot release the leader Lease")

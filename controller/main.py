@@ -1,0 +1,262 @@
+"""`dispatch-admission-controller`: gates every Workload of this project's AdmissionChecks.
+
+Level-triggered: each namespace's (or the cluster's) Workloads are listed, then watched,
+and listed again every resync; whatever a watch said or missed, each Workload that lists
+one of our checks goes into a work queue, and a bounded pool of workers gates each from a
+fresh read. Only the replica that holds the Lease lists, watches and writes.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from types import FrameType
+from typing import Any, Final
+
+from loguru import logger
+
+from dispatch_k8s.controller import serve
+from dispatch_k8s.controller.leader import Elector
+from dispatch_k8s.controller.queue import WorkQueue
+from dispatch_k8s.controller.reconcile import Gatekeeper
+from dispatch_k8s.core import gate, output, workload
+from dispatch_k8s.core.errors import BadInput, DispatchError, Expired
+from dispatch_k8s.core.gateway import (
+    ADMISSION_CHECK_RESOURCE,
+    WORKLOAD_RESOURCE,
+    Gateway,
+    Resource,
+)
+from dispatch_k8s.core.settings import ControllerSettings, load_settings
+
+PROG: Final = "dispatch-admission-controller"
+RELIST_BACKOFF: Final = 2.0  # seconds after a failed list or watch
+Key = tuple[str, str]
+
+
+class Leading:
+    """What the leader runs: watches feeding a work queue, and the workers draining it.
+
+    One instance per term: when the Lease is lost its threads wind down and a new term,
+    if this replica leads again, starts afresh.
+    """
+
+    def __init__(self, gateway: Gateway, settings: ControllerSettings) -> None:
+        self._gateway = gateway
+        self._settings = settings
+        self.ended = threading.Event()
+        self.queue: WorkQueue[Key] = WorkQueue()
+        self._checks: frozenset[str] = frozenset()
+        self._known_checks = threading.Event()
+        self._workloads: dict[Key, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self.gatekeeper = Gatekeeper(
+            gateway, checks=lambda: self._checks, other_workloads=settings.other_workloads
+        )
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        """Start the watches and the workers."""
+        self._spawn("checks", self._watch_checks)
+        scopes: list[str | None] = [*self._settings.namespaces] or [None]
+        for namespace in scopes:
+            self._spawn(f"workloads {namespace or '*'}", self._watch_workloads, namespace)
+        for index in range(self._settings.workers):
+            self._spawn(f"worker {index}", self._work)
+
+    def _spawn(self, name: str, target: Callable[..., None], *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def end(self, *, timeout: float) -> None:
+        """Stop handing out work; wait for the workers' passes in flight to finish."""
+        self.ended.set()
+        self.queue.close()
+        for thread in self._threads:
+            if thread.name.startswith("worker"):
+                thread.join(timeout)
+
+    # Watches
+
+    def _list_and_watch(
+        self, resource: Resource, namespace: str | None
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """("LISTED", list) once per resync, then the watch's events, until the term ends."""
+        while not self.ended.is_set():
+            try:
+                listed = self._gateway.list_all(resource, namespace)
+                yield "LISTED", listed
+                version = listed["metadata"]["resourceVersion"]
+                while not self.ended.is_set():
+                    for kind, obj in self._gateway.watch_all(
+                        resource, namespace, version=version, timeout=self._settings.resync_seconds
+                    ):
+                        version = obj.get("metadata", {}).get("resourceVersion", version)
+                        yield kind, obj
+                    break  # the server ended the watch at the resync: list again
+            except Expired:
+                continue
+            except DispatchError as e:
+                logger.bind(resource=resource.plural, error=str(e)).warning("list/watch failed")
+                self.ended.wait(RELIST_BACKOFF)
+
+    def _watch_checks(self) -> None:
+        checks: dict[str, dict[str, Any]] = {}
+        for kind, obj in self._list_and_watch(ADMISSION_CHECK_RESOURCE, None):
+            if kind == "LISTED":
+                checks = {item["metadata"]["name"]: item for item in obj.get("items") or []}
+            elif kind in ("ADDED", "MODIFIED"):
+                checks[obj["metadata"]["name"]] = obj
+            elif kind == "DELETED":
+                checks.pop(obj["metadata"]["name"], None)
+            else:
+                continue
+            ours = {name: check for name, check in checks.items() if gate.is_ours(check)}
+            for check in ours.values():
+                self._keep_active(check)
+            if frozenset(ours) != self._checks:
+                self._checks = frozenset(ours)
+                logger.bind(checks=sorted(ours)).info("gating the Workloads of these checks")
+                with self._lock:
+                    known = list(self._workloads.values())
+                for item in known:
+                    self._observe(item)
+            self._known_checks.set()
+
+    def _keep_active(self, check: dict[str, Any]) -> None:
+        wanted = gate.active_status(check, now=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+        if not gate.needs_active_write(check, wanted):
+            return
+        try:
+            self._gateway.apply_admission_check_status(wanted, manager=workload.CHECK_MANAGER)
+        except DispatchError as e:
+            logger.bind(check=check["metadata"]["name"], error=str(e)).warning(
+                "cannot set the AdmissionCheck's Active condition"
+            )
+
+    def _watch_workloads(self, namespace: str | None) -> None:
+        self._known_checks.wait()  # which Workloads are ours depends on which checks are
+        for kind, obj in self._list_and_watch(WORKLOAD_RESOURCE, namespace):
+            if kind == "LISTED":
+                items = obj.get("items") or []
+                with self._lock:
+                    for key in [k for k in self._workloads if namespace in (None, k[0])]:
+                        del self._workloads[key]
+                    self._workloads.update({_key(item): item for item in items})
+                for item in items:
+                    self._observe(item)
+            elif kind in ("ADDED", "MODIFIED"):
+                with self._lock:
+                    self._workloads[_key(obj)] = obj
+                self._observe(obj)
+            elif kind == "DELETED":
+                with self._lock:
+                    self._workloads.pop(_key(obj), None)
+
+    def _observe(self, obj: dict[str, Any]) -> None:
+        if gate.our_checks(obj, self._checks):
+            self.gatekeeper.seen(obj)
+            self.queue.add(_key(obj))
+            serve.QUEUE_DEPTH.set(len(self.queue))
+
+    # Workers
+
+    def _work(self) -> None:
+        while (key := self.queue.get()) is not None:
+            again: float | None = None
+            try:
+                again = self.gatekeeper.gate(*key)
+            except Exception:  # a bug: logged with its traceback, the Workload tried later
+                logger.exception(f"gating Workload {key[0]}/{key[1]} failed")
+                again = RELIST_BACKOFF
+            finally:
+                self.queue.done(key)
+            if again is not None:
+                self.queue.add_after(key, again)
+            serve.QUEUE_DEPTH.set(len(self.queue))
+
+
+def _key(obj: dict[str, Any]) -> Key:
+    return obj["metadata"]["namespace"], obj["metadata"]["name"]
+
+
+def run(settings: ControllerSettings) -> int:
+    """Serve probes and metrics, campaign for the Lease, gate while leading; the exit code."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, _: FrameType | None) -> None:
+        logger.bind(signal=signal.Signals(signum).name).info("stopping")
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    probes = serve.Probes()
+    try:
+        server = serve.serve(settings.address, probes)
+    except (OSError, ValueError) as e:
+        raise BadInput(f"{PROG}: cannot serve on --address {settings.address}: {e}") from e
+    gateway = Gateway.connect(kubeconfig=settings.kubeconfig, context=settings.context)
+    identity = settings.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    elector = Elector(
+        gateway,
+        namespace=settings.lease_namespace,
+        name=settings.lease_name,
+        identity=identity,
+        lease_seconds=settings.lease_seconds,
+    )
+    probes.healthy.set()
+    probes.ready.set()  # a standby is ready too: it takes over when the leader goes
+    logger.bind(identity=identity, lease=f"{settings.lease_namespace}/{settings.lease_name}").info(
+        "campaigning"
+    )
+    while elector.acquire(stop):
+        term = Leading(gateway, settings)
+        lost = threading.Event()
+        serve.LEADER.set(1)
+        term.start()
+        keeper = threading.Thread(target=elector.keep, args=(stop, lost), name="lease")
+        keeper.start()
+        while not (stop.is_set() or lost.is_set()):
+            stop.wait(1.0)
+        term.end(timeout=30.0)
+        serve.LEADER.set(0)
+        keeper.join()
+        if stop.is_set():
+            elector.release()
+    server.shutdown()
+    logger.info("stopped")
+    return 0
+
+
+def main() -> None:
+    """The console script: settings from flags and DISPATCH_* env, exit codes as the steps'."""
+    output.configure_logging(PROG.removeprefix("dispatch-"))
+    try:
+        settings = load_settings(
+            ControllerSettings, prog=PROG, argv=sys.argv[1:], about=ABOUT, example=EXAMPLE
+        )
+        if settings.workers < 1 or settings.resync_seconds <= 0 or settings.lease_seconds < 3:
+            raise BadInput(
+                f"{PROG}: --workers must be at least 1, --resync-seconds above 0 and "
+                "--lease-seconds at least 3"
+            )
+        code = run(settings)
+    except DispatchError as e:
+        logger.bind(exit_code=e.exit_code, error=type(e).__name__).error(str(e))
+        raise SystemExit(e.exit_code) from None
+    raise SystemExit(code)
+
+
+ABOUT = (
+    "Kueue admission-check controller: gates every Workload of the AdmissionChecks of\n"
+    f"controllerName {workload.CHECK_MANAGER}: raises A once per reservation, then approves it."
+)
+EXAMPLE = f"""\
+{PROG} --lease-namespace dispatch-system --address 0.0.0.0:8080 --workers 8
+"""

@@ -1,0 +1,93 @@
+"""A work queue of Workload keys, as client-go's: each key once, and by one worker at a time.
+
+A key added while a worker holds it is handed out again once that worker is done, so the
+last change is always looked at, but never by two workers at once (one reservation at a
+time per Workload).
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+
+class WorkQueue(Generic[K]):
+    """Keys to look at, deduplicated; `add_after` for a state to wait out."""
+
+    def __init__(self) -> None:
+        self._ready: list[K] = []
+        self._queued: set[K] = set()
+        self._held: set[K] = set()
+        self._again: set[K] = set()  # added while held: handed out once done
+        self._later: list[tuple[float, int, K]] = []
+        self._count = 0
+        self._changed = threading.Condition()
+        self._closed = False
+
+    def add(self, key: K) -> None:
+        """Look at `key` (once, however often it is added before a worker takes it)."""
+        with self._changed:
+            if key in self._held:
+                self._again.add(key)
+            elif key not in self._queued:
+                self._queued.add(key)
+                self._ready.append(key)
+                self._changed.notify()
+
+    def add_after(self, key: K, seconds: float) -> None:
+        """Look at `key` again in `seconds`."""
+        with self._changed:
+            self._count += 1
+            heapq.heappush(self._later, (time.monotonic() + seconds, self._count, key))
+            self._changed.notify()
+
+    def get(self) -> K | None:
+        """The next key, held until `done`; None once the queue is closed."""
+        with self._changed:
+            while not self._closed:
+                due = self._due_wait()
+                if self._ready:
+                    key = self._ready.pop(0)
+                    self._queued.discard(key)
+                    self._held.add(key)
+                    return key
+                self._changed.wait(due)
+            return None
+
+    def _due_wait(self) -> float | None:
+        """Move delayed keys that are due to ready; how long until the next one is due."""
+        now = time.monotonic()
+        while self._later and self._later[0][0] <= now:
+            _, _, key = heapq.heappop(self._later)
+            if key in self._held:
+                self._again.add(key)
+            elif key not in self._queued:
+                self._queued.add(key)
+                self._ready.append(key)
+        return self._later[0][0] - now if self._later else None
+
+    def done(self, key: K) -> None:
+        """The worker is done with `key`; if it was added meanwhile, it is handed out again."""
+        with self._changed:
+            self._held.discard(key)
+            if key in self._again:
+                self._again.discard(key)
+                if key not in self._queued:
+                    self._queued.add(key)
+                    self._ready.append(key)
+                    self._changed.notify()
+
+    def __len__(self) -> int:
+        with self._changed:
+            return len(self._ready)
+
+    def close(self) -> None:
+        """Hand out no more keys: every `get` returns None."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()

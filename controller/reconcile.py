@@ -1,0 +1,203 @@
+"""Gating one Workload: read it and its TrainJob, decide with core, write once, report.
+
+Each pass makes at most one raise and one approval, each preconditioned on what was read:
+a stale read is a 409, which writes nothing and has the Workload looked at again at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+from loguru import logger
+
+from dispatch_k8s.controller import serve
+from dispatch_k8s.core import events, gate, trainjob, workload
+from dispatch_k8s.core.errors import DispatchError, NotFound, PreconditionFailed, Transient
+from dispatch_k8s.core.gateway import Gateway
+from dispatch_k8s.core.trainjob import Draining, Refusal
+from dispatch_k8s.core.workload import Reservation
+
+COMPONENT: Final = "admission-controller"
+REFUSED: Final = "AdmissionRefused"
+DRAIN_RECHECK: Final = 2.0  # seconds: the last execution's Jobs are going
+TRANSIENT_RECHECK: Final = 5.0  # seconds: the API server was unreachable or overloaded
+REMEMBERED: Final = 10_000  # reservations whose first sighting is kept for the histogram
+Again = float | None  # seconds until the Workload is looked at again; None: on its next change
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Gatekeeper:
+    """Gates Workloads one at a time each (the work queue sees to that), many at once."""
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        *,
+        checks: Callable[[], frozenset[str]],
+        other_workloads: Literal["approve", "leave"],
+    ) -> None:
+        self._gateway = gateway
+        self._checks = checks
+        self._other_workloads = other_workloads
+        self._lock = threading.Lock()
+        self._first_seen: OrderedDict[str, float] = OrderedDict()
+        self._refused: OrderedDict[str, str] = OrderedDict()
+
+    def seen(self, workload_obj: Mapping[str, Any]) -> None:
+        """Note when a reservation was first seen pending on one of our checks."""
+        for check in gate.our_checks(workload_obj, self._checks()):
+            found = workload.pending_reservation(workload_obj, check=check)
+            if isinstance(found, Reservation) and self._remember(
+                self._first_seen, found.record, time.monotonic()
+            ):
+                serve.GATED.inc()
+
+    def _remember(self, table: OrderedDict[str, Any], key: str, value: Any) -> bool:
+        with self._lock:
+            if key in table:
+                return False
+            table[key] = value
+            while len(table) > REMEMBERED:
+                table.popitem(last=False)
+            return True
+
+    def gate(self, namespace: str, name: str) -> Again:
+        """One pass over the Workload `namespace/name`."""
+        try:
+            current = self._gateway.read_workload(namespace, name)
+        except NotFound:
+            return None
+        except Transient as e:
+            logger.bind(workload=name, error=str(e)).warning("cannot read the Workload")
+            return TRANSIENT_RECHECK
+        for check in gate.our_checks(current, self._checks()):
+            try:
+                again = self._gate_check(current, check)
+            except PreconditionFailed as e:
+                logger.bind(workload=name, reason=str(e)).info("changed meanwhile: again")
+                return 0.0
+            except Transient as e:
+                logger.bind(workload=name, error=str(e)).warning("API server unavailable")
+                return TRANSIENT_RECHECK
+            except DispatchError as e:  # not found, forbidden, refused by a webhook
+                serve.REFUSALS.labels(type(e).__name__).inc()
+                logger.bind(workload=name, error=str(e)).error("cannot gate the Workload")
+                return TRANSIENT_RECHECK
+            if again is not None:
+                return again
+        return None
+
+    def _gate_check(self, current: Mapping[str, Any], check: str) -> Again:
+        namespace = current["metadata"]["namespace"]
+        self.seen(current)
+        owner = workload.owner_trainjob(current)
+        job = self._read_trainjob(namespace, owner) if owner else None
+        decision = gate.decide_gate(current, job, check=check)
+        if isinstance(decision, workload.Skip | workload.Finished):
+            return None
+        if isinstance(decision, Refusal):
+            return self._refuse(current, job, decision, reason="decision")
+        if isinstance(decision, gate.Approve):
+            if decision.admission is None and self._other_workloads == "leave":
+                return None
+            kind: Literal["dispatch", "other"] = (
+                "dispatch" if decision.admission is not None else "other"
+            )
+            self._approve(current, check, decision.reservation, decision.message, kind=kind)
+            return None
+        assert job is not None  # a raise is only decided for a TrainJob that was read
+        return self._raise_and_approve(current, job, check, decision.reservation)
+
+    def _read_trainjob(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._gateway.read_trainjob(namespace, name)
+        except NotFound:
+            return None
+
+    def _raise_and_approve(
+        self,
+        current: Mapping[str, Any],
+        job: Mapping[str, Any],
+        check: str,
+        reservation: Reservation,
+    ) -> Again:
+        meta = job["metadata"]
+        jobset = self._gateway.read_jobset(meta["namespace"], meta["name"])
+        decision = trainjob.decide_raise(job, jobset)
+        if isinstance(decision, Draining):
+            logger.bind(trainjob=meta["name"]).debug(decision.reason)
+            return DRAIN_RECHECK
+        if isinstance(decision, Refusal):
+            return self._refuse(current, job, decision, reason="raise")
+        raised = trainjob.with_admission(job, decision, raised_for=reservation.record)
+        written = self._gateway.update_trainjob(raised, decision.resource_version)
+        serve.RAISES.inc()
+        logger.bind(
+            trainjob=meta["name"], workload=reservation.workload, admission=decision.admission
+        ).info("raised admission")
+        message = events.raise_message(
+            admission=decision.admission, restart=decision.restart, workload=reservation.workload
+        )
+        self._gateway.emit_event(
+            written, event_type="Normal", reason=events.RAISED, message=message, step=COMPONENT
+        )
+        refusal = workload.decide_approval(
+            current, written, check=check, admission=decision.admission
+        )
+        if refusal is not None:
+            return self._refuse(current, written, refusal, reason="approval")
+        message = workload.approval_message(decision.admission)
+        self._approve(current, check, reservation, message, kind="dispatch")
+        return None
+
+    def _approve(
+        self,
+        current: Mapping[str, Any],
+        check: str,
+        reservation: Reservation,
+        message: str,
+        *,
+        kind: Literal["dispatch", "other"],
+    ) -> None:
+        body = workload.build_approval(
+            current,
+            check=check,
+            resource_version=reservation.resource_version,
+            message=message,
+            now=_now(),
+        )
+        self._gateway.apply_workload_status(body, manager=workload.CHECK_MANAGER)
+        serve.APPROVALS.labels(kind).inc()
+        with self._lock:
+            first = self._first_seen.pop(reservation.record, None)
+        if first is not None:
+            serve.RESERVED_TO_APPROVED.observe(time.monotonic() - first)
+        logger.bind(workload=reservation.workload, check=check, kind=kind).info("approved")
+
+    def _refuse(
+        self,
+        current: Mapping[str, Any],
+        job: Mapping[str, Any] | None,
+        refusal: Refusal,
+        *,
+        reason: str,
+    ) -> Again:
+        """Leave the check Pending; say why once per reservation, as an Event on the job."""
+        serve.REFUSALS.labels(reason).inc()
+        record = workload.reservation_record(current)
+        if not self._remember(self._refused, f"{record} {refusal.reason}", True):
+            return None
+        logger.bind(workload=current["metadata"]["name"], reason=refusal.reason).warning("refused")
+        if job is not None:
+            self._gateway.emit_event(
+                job, event_type="Warning", reason=REFUSED, message=refusal.reason, step=COMPONENT
+            )
+        return None

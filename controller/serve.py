@@ -1,0 +1,75 @@
+"""What the controller shows: Prometheus metrics, /healthz and /readyz, on one address."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Final
+
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
+
+PREFIX: Final = "dispatch_admission"
+
+GATED: Final = Counter(
+    f"{PREFIX}_reservations_gated",
+    "Reservations found pending on one of this project's checks, each counted once.",
+)
+RAISES: Final = Counter(f"{PREFIX}_raises", "Raises of A, each for one reservation.")
+APPROVALS: Final = Counter(
+    f"{PREFIX}_approvals",
+    "Checks marked Ready; kind: dispatch (after its raise) or other (nothing raised).",
+    ["kind"],
+)
+REFUSALS: Final = Counter(f"{PREFIX}_refusals", "Reservations left Pending, by reason.", ["reason"])
+RESERVED_TO_APPROVED: Final = Histogram(
+    f"{PREFIX}_reserved_to_approved_seconds",
+    "From when the controller first saw a reservation pending on its check to its approval.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+)
+LEADER: Final = Gauge(f"{PREFIX}_leader", "1 while this replica holds the leader Lease.")
+QUEUE_DEPTH: Final = Gauge(f"{PREFIX}_queue_depth", "Workloads waiting for a worker.")
+
+
+class Probes:
+    """What /healthz and /readyz answer: set by the controller as it starts and runs."""
+
+    def __init__(self) -> None:
+        self.healthy = threading.Event()
+        self.ready = threading.Event()
+
+
+def _handler(probes: Probes) -> type[BaseHTTPRequestHandler]:
+    routes: dict[str, Callable[[], tuple[int, str, bytes]]] = {
+        "/metrics": lambda: (200, CONTENT_TYPE_LATEST, generate_latest()),
+        "/healthz": lambda: _probe(probes.healthy),
+        "/readyz": lambda: _probe(probes.ready),
+    }
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            route = routes.get(self.path.partition("?")[0])
+            status, content_type, body = route() if route else (404, "text/plain", b"no\n")
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass  # a probe every few seconds is not worth a log line
+
+    return Handler
+
+
+def _probe(flag: threading.Event) -> tuple[int, str, bytes]:
+    return (200, "text/plain", b"ok\n") if flag.is_set() else (503, "text/plain", b"not yet\n")
+
+
+def serve(address: str, probes: Probes) -> ThreadingHTTPServer:
+    """Serve metrics and probes at HOST:PORT in a daemon thread; the server, to shut down."""
+    host, _, port = address.rpartition(":")
+    server = ThreadingHTTPServer((host.strip("[]"), int(port)), _handler(probes))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="serve", daemon=True).start()
+    return server

@@ -1,0 +1,139 @@
+"""The admission-check controller's decision for one Workload: raise, approve, or neither.
+
+The same rules as `dispatch-admit` and `dispatch-approve` (`pending_reservation`,
+`decide_raise`, `decide_approval`), plus what a long-running controller needs that a
+one-shot step does not: a reservation A was already raised for is approved without a
+second raise (the controller may have been stopped between the two writes), and a Workload
+that is not a dispatch-managed TrainJob is approved at once, nothing raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dispatch_k8s.core import shapes, trainjob, wire, workload
+from dispatch_k8s.core.trainjob import Refusal
+from dispatch_k8s.core.workload import Finished, Reservation, Skip
+
+
+@dataclass(frozen=True, slots=True)
+class RaiseFor:
+    """A must be raised for this reservation first (trainjob.decide_raise says to what)."""
+
+    reservation: Reservation
+
+
+@dataclass(frozen=True, slots=True)
+class Approve:
+    """Mark the check Ready for this reservation, with a message saying why."""
+
+    reservation: Reservation
+    admission: int | None  # None: nothing was raised (not a dispatch-managed TrainJob)
+    message: str
+
+
+Gate = RaiseFor | Approve | Skip | Finished | Refusal
+
+
+def our_checks(workload_obj: Mapping[str, Any], checks: Collection[str]) -> list[str]:
+    """The checks of `checks` (ours, by controllerName) that the Workload lists."""
+    listed = shapes.mappings(shapes.at(workload_obj, "status").get("admissionChecks"))
+    return [str(state["name"]) for state in listed if state.get("name") in checks]
+
+
+def is_dispatch_managed(job: Mapping[str, Any]) -> bool:
+    """A TrainJob `dispatch-start` made: the label the admission policies match on too."""
+    return shapes.labels_of(job).get(wire.MANAGED_BY_LABEL) == wire.MANAGED_BY
+
+
+def not_dispatch_message(workload_obj: Mapping[str, Any], owner: str | None) -> str:
+    """Why a Workload was approved with nothing raised."""
+    what = f"TrainJob {owner}" if owner else "its job"
+    return (
+        f"dispatch: approved without raising an admission count: {what} is not a "
+        f"dispatch-managed TrainJob (no {wire.MANAGED_BY_LABEL}={wire.MANAGED_BY} label)"
+    )
+
+
+def decide_gate(
+    workload_obj: Mapping[str, Any], job: Mapping[str, Any] | None, *, check: str
+) -> Gate:
+    """What to do for the Workload's current reservation on `check`.
+
+    `job` is the TrainJob that controls the Workload, as read after the Workload (None when
+    no TrainJob controls it, or it is gone).
+    """
+    reservation = workload.pending_reservation(workload_obj, check=check)
+    if not isinstance(reservation, Reservation):
+        return reservation
+    owner = workload.owner_trainjob(workload_obj)
+    if job is None or not is_dispatch_managed(job):
+        return Approve(reservation, None, not_dispatch_message(workload_obj, owner))
+    for refusal in (trainjob.foreign_flag(job), trainjob.multikueue_refusal(job)):
+        if refusal is not None:
+            return refusal
+    finished = trainjob.finished_reason(job)
+    if finished is not None:
+        return Finished(finished)
+    if shapes.annotations_of(job).get(wire.RAISED_FOR_ANNOTATION) != reservation.record:
+        return RaiseFor(reservation)
+    floor = trainjob.admission_floor(job)
+    if isinstance(floor, Refusal):
+        return Refusal(f"TrainJob {owner}: {floor.reason}")
+    refusal = workload.decide_approval(workload_obj, job, check=check, admission=floor)
+    if refusal is not None:
+        return refusal
+    return Approve(reservation, floor, workload.approval_message(floor))
+
+
+def active_status(check_obj: Mapping[str, Any], *, now: str) -> dict[str, Any]:
+    """The AdmissionCheck's status with its Active condition, to server-side apply.
+
+    True while the controller runs; False when the check asks for what it cannot do (this
+    project's check takes no parameters).
+    """
+    meta = check_obj["metadata"]
+    parameters = shapes.at(check_obj, "spec").get("parameters")
+    if parameters:
+        status, reason = "False", "ParametersNotSupported"
+        message = (
+            f"dispatch-admission-controller takes no parameters; remove spec.parameters "
+            f"({parameters}) from AdmissionCheck {meta['name']}"
+        )
+    else:
+        status, reason = "True", "Active"
+        message = "dispatch-admission-controller gates the Workloads of this check"
+    condition = {
+        "type": "Active",
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now,
+        "observedGeneration": meta.get("generation"),
+    }
+    for current in shapes.mappings(shapes.at(check_obj, "status").get("conditions")):
+        if current.get("type") == "Active" and current.get("status") == status:
+            condition["lastTransitionTime"] = current.get("lastTransitionTime", now)
+    return {
+        "apiVersion": f"{wire.KUEUE_GROUP}/{wire.KUEUE_VERSION}",
+        "kind": "AdmissionCheck",
+        "metadata": {"name": meta["name"]},
+        "status": {"conditions": [condition]},
+    }
+
+
+def needs_active_write(check_obj: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """Whether the check's Active condition differs from `wanted`'s (else no write)."""
+    (condition,) = wanted["status"]["conditions"]
+    for current in shapes.mappings(shapes.at(check_obj, "status").get("conditions")):
+        if current.get("type") == "Active":
+            keys = ("status", "reason", "message", "observedGeneration")
+            return any(current.get(key) != condition[key] for key in keys)
+    return True
+
+
+def is_ours(check_obj: Mapping[str, Any]) -> bool:
+    """An AdmissionCheck this project's controller serves."""
+    return shapes.at(check_obj, "spec").get("controllerName") == wire.ADMISSION_CHECK_CONTROLLER

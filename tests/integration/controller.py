@@ -1,0 +1,111 @@
+"""`dispatch-admission-controller` replicas as processes beside the local control plane.
+
+Each replica serves its probes and metrics on its own loopback port and writes its JSON log
+lines to a file the test reads; replicas of one test share its Lease.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from tests.cluster.process import free_ports
+from tests.integration.lifecycle import BIN
+from tests.wait import wait_until
+
+READY_TIMEOUT: Final = 60.0
+
+
+@dataclass
+class Replica:
+    """One running controller process."""
+
+    identity: str
+    port: int
+    log: Path
+    process: subprocess.Popen[bytes] = field(repr=False)
+
+    def get(self, path: str) -> tuple[int, str]:
+        """GET a path of its probe/metrics server: (status, body)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+        except OSError:  # not serving (yet, or any more)
+            return 0, ""
+
+    def metric(self, name: str, labels: str = "") -> float:
+        """The value of one sample of its /metrics (0 when absent)."""
+        _, body = self.get("/metrics")
+        wanted = f"{name}{{{labels}}}" if labels else name
+        for line in body.splitlines():
+            sample, _, value = line.rpartition(" ")
+            if sample == wanted:
+                return float(value)
+        return 0.0
+
+    def records(self) -> list[dict[str, Any]]:
+        """Its log records so far."""
+        lines = self.log.read_text().splitlines() if self.log.exists() else []
+        return [json.loads(line) for line in lines if line.startswith("{")]
+
+    def leading(self) -> bool:
+        """Whether it holds the Lease, by its own gauge."""
+        return self.metric("dispatch_admission_leader") == 1.0
+
+    def kill(self) -> None:
+        """SIGKILL: no release of the Lease, no pass finished."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def stop(self) -> int:
+        """SIGTERM, as the kubelet stops a pod; its exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=60)
+
+
+@contextmanager
+def replicas(
+    kubeconfig: Path, namespace: str, log_dir: Path, *names: str, extra: tuple[str, ...] = ()
+) -> Iterator[list[Replica]]:
+    """Start one replica per name, gating `namespace` only, with the Lease there; stop all."""
+    started: list[Replica] = []
+    try:
+        for name, port in zip(names, free_ports(len(names)), strict=True):
+            log = log_dir / f"{name}.log"
+            with log.open("wb") as sink:
+                process = subprocess.Popen(
+                    [
+                        str(BIN / "dispatch-admission-controller"),
+                        *("--kubeconfig", str(kubeconfig)),
+                        *("--namespaces", namespace, "--lease-namespace", namespace),
+                        *("--identity", name, "--address", f"127.0.0.1:{port}"),
+                        *("--lease-seconds", "6", "--resync-seconds", "20"),
+                        *extra,
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=sink,
+                )
+            started.append(Replica(name, port, log, process))
+        for replica in started:
+            wait_until(
+                lambda r=replica: r.get("/readyz")[0] == 200 or None,  # type: ignore[misc]
+                what=f"controller {replica.identity} to be ready",
+                timeout=READY_TIMEOUT,
+            )
+        yield started
+    finally:
+        for replica in started:
+            if replica.process.poll() is None:
+                replica.process.kill()
+                replica.process.wait(timeout=30)

@@ -78,7 +78,7 @@ class Elector:
             logger.bind(error=str(e)).warning("cannot write the leader Lease")
             return False
         if holder != self.identity:
-            logger.bind(lease=self._name, previous=holder or None).info("leading")
+            logger.bind(lease=self._name, previous=holder or None).info("took the leader Lease")
         self._held = written
         self._observed = (lease.record(written), self._clock())
         return True

@@ -218,6 +218,7 @@ def run(settings: ControllerSettings) -> int:
     while elector.acquire(stop):
         term = Leading(gateway, settings)
         lost = threading.Event()
+        logger.info("leading")
         serve.LEADER.set(1)
         term.start()
         keeper = threading.Thread(target=elector.keep, args=(stop, lost), name="lease")

@@ -17,8 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from kubernetes import client
+
+from dispatch_k8s.core import wire
 from tests.cluster.process import free_ports
-from tests.integration.lifecycle import BIN
+from tests.integration.lifecycle import BIN, DEADLINE, TRAINER
+from tests.kueue_objects import KUEUE, KueueSetup, condition
 from tests.wait import wait_until
 
 READY_TIMEOUT: Final = 60.0
@@ -109,3 +113,51 @@ def replicas(
             if replica.process.poll() is None:
                 replica.process.kill()
                 replica.process.wait(timeout=30)
+
+
+def other_teams_trainjob(
+    custom: client.CustomObjectsApi, namespace: str, runtime: str, kueue: KueueSetup
+) -> str:
+    """A queued TrainJob that dispatch-start did not make (no managed-by label, no patch)."""
+    body = {
+        "apiVersion": "/".join(TRAINER),
+        "kind": "TrainJob",
+        "metadata": {"name": "other-team", "labels": {wire.QUEUE_LABEL: kueue.local_queue}},
+        "spec": {
+            "runtimeRef": {"name": runtime},
+            "suspend": True,
+            "trainer": {
+                "image": "registry.invalid/other:1",
+                "command": ["true"],
+                "numNodes": 1,
+                "resourcesPerNode": {"requests": {"cpu": "1"}},
+            },
+        },
+    }
+    custom.create_namespaced_custom_object(*TRAINER, namespace, "trainjobs", body)
+    return "other-team"
+
+
+def workload_of(custom: client.CustomObjectsApi, namespace: str, trainjob: str) -> dict[str, Any]:
+    """The Workload a TrainJob's Kueue integration made, once there is one."""
+
+    def found() -> dict[str, Any] | None:
+        listed = custom.list_namespaced_custom_object(*KUEUE, namespace, "workloads")
+        assert isinstance(listed, dict)
+        for item in listed["items"]:
+            owners = item["metadata"].get("ownerReferences") or []
+            if any(owner["name"] == trainjob for owner in owners):
+                return dict(item)
+        return None
+
+    return wait_until(found, what=f"the Workload of {trainjob}", timeout=DEADLINE)
+
+
+def admitted(custom: client.CustomObjectsApi, namespace: str, trainjob: str) -> dict[str, Any]:
+    """The TrainJob's Workload once Kueue has admitted it."""
+
+    def done() -> dict[str, Any] | None:
+        current = workload_of(custom, namespace, trainjob)
+        return current if condition(current, "Admitted") == "True" else None
+
+    return wait_until(done, what=f"Kueue to admit {trainjob}", timeout=DEADLINE)

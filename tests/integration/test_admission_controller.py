@@ -3,69 +3,24 @@ approval; another team's TrainJob approved with nothing raised; leadership, rest
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 from kubernetes import client
 
 from dispatch_k8s.core import wire
 from tests.conftest import Cluster
-from tests.integration.conftest import Step, start_queued
-from tests.integration.controller import replicas
-from tests.integration.lifecycle import DEADLINE, TRAINER, Kubelet, read_trainjob, run_stage
-from tests.kueue_objects import KUEUE, KueueSetup, condition
+from tests.integration.conftest import Step, start_args, start_queued
+from tests.integration.controller import admitted, other_teams_trainjob, replicas
+from tests.integration.history import History
+from tests.integration.lifecycle import TRAINER, Kubelet, read_trainjob, run_stage
+from tests.kueue_objects import KUEUE, KueueSetup
 from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration
-
-
-def other_teams_trainjob(
-    custom: client.CustomObjectsApi, namespace: str, runtime: str, kueue: KueueSetup
-) -> str:
-    """A queued TrainJob that dispatch-start did not make (no managed-by label, no patch)."""
-    body = {
-        "apiVersion": "/".join(TRAINER),
-        "kind": "TrainJob",
-        "metadata": {"name": "other-team", "labels": {wire.QUEUE_LABEL: kueue.local_queue}},
-        "spec": {
-            "runtimeRef": {"name": runtime},
-            "suspend": True,
-            "trainer": {
-                "image": "registry.invalid/other:1",
-                "command": ["true"],
-                "numNodes": 1,
-                "resourcesPerNode": {"requests": {"cpu": "1"}},
-            },
-        },
-    }
-    custom.create_namespaced_custom_object(*TRAINER, namespace, "trainjobs", body)
-    return "other-team"
-
-
-def workload_of(custom: client.CustomObjectsApi, namespace: str, trainjob: str) -> dict[str, Any]:
-    """The Workload a TrainJob's Kueue integration made, once there is one."""
-
-    def found() -> dict[str, Any] | None:
-        listed = custom.list_namespaced_custom_object(*KUEUE, namespace, "workloads")
-        assert isinstance(listed, dict)
-        for item in listed["items"]:
-            owners = item["metadata"].get("ownerReferences") or []
-            if any(owner["name"] == trainjob for owner in owners):
-                return dict(item)
-        return None
-
-    return wait_until(found, what=f"the Workload of {trainjob}", timeout=DEADLINE)
-
-
-def admitted(custom: client.CustomObjectsApi, namespace: str, trainjob: str) -> dict[str, Any]:
-    """The TrainJob's Workload once Kueue has admitted it."""
-
-    def done() -> dict[str, Any] | None:
-        current = workload_of(custom, namespace, trainjob)
-        return current if condition(current, "Admitted") == "True" else None
-
-    return wait_until(done, what=f"Kueue to admit {trainjob}", timeout=DEADLINE)
 
 
 def check_message(workload: dict[str, Any], check: str) -> str:
@@ -138,3 +93,106 @@ def test_a_reservation_raised_for_before_a_restart_is_approved_without_a_second_
         assert after.metric("dispatch_admission_approvals_total", 'kind="dispatch"') == 1
     job = read_trainjob(custom, namespace, name)
     assert job["metadata"]["annotations"][wire.ADMISSION_FLOOR_ANNOTATION] == "1"
+
+
+LOW_JOBS: Final = 70
+HIGH_JOBS: Final = 30
+QUOTA_CPUS: Final = 8
+BURST_WAIT: Final = 300.0
+
+
+def _delete_trainjob(custom: client.CustomObjectsApi, namespace: str, name: str) -> None:
+    try:
+        custom.delete_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name)
+    except client.ApiException as e:
+        if e.status != 404:
+            raise
+
+
+def _start_all(
+    step: Step, namespace: str, runtime: str, kueue: KueueSetup, ids: list[str], priority: str
+) -> list[str]:
+    def start(job_id: str) -> str:
+        started = step(
+            "start",
+            *start_args(
+                namespace, runtime, job_id, priority_class=priority, **kueue.queued_request()
+            ),
+        )
+        assert started.code == 0, started.error
+        return str(started.result["name"])
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(start, ids))
+
+
+@pytest.mark.timeout(1500)
+def test_a_burst_of_100_with_preemptions_and_the_leader_killed_keeps_r_rising(
+    control_plane: Cluster,
+    api_client: client.ApiClient,
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    kueue: KueueSetup,
+    custom: client.CustomObjectsApi,
+    tmp_path: Path,
+) -> None:
+    low, high = f"{namespace}-low", f"{namespace}-high"
+    kueue.install(cpu=str(QUOTA_CPUS), priorities={low: 10, high: 1000})
+    with (
+        History(api_client, namespace, check=kueue.check) as history,
+        replicas(control_plane.kubeconfig, namespace, tmp_path, "first", "second") as pair,
+    ):
+        lows = _start_all(
+            step, namespace, torch_runtime, kueue, [f"low-{i}" for i in range(LOW_JOBS)], low
+        )
+
+        def ran(count: int) -> bool | None:
+            return len(history.executions) >= count or None
+
+        wait_until(lambda: ran(QUOTA_CPUS), what="the first lows to run", timeout=BURST_WAIT)
+        running_lows = {e.trainjob for e in history.executions}
+        highs = _start_all(
+            step, namespace, torch_runtime, kueue, [f"high-{i}" for i in range(HIGH_JOBS)], high
+        )
+        wait_until(lambda: ran(QUOTA_CPUS + 3), what="highs to run", timeout=BURST_WAIT)
+        leader = wait_until(
+            lambda: next((r for r in pair if r.leading()), None), what="a leader", timeout=30
+        )
+        leader.kill()  # mid-burst: no release, no pass finished
+        standby = next(r for r in pair if r is not leader)
+
+        deleted: set[str] = set()
+
+        def finish_what_ran() -> bool | None:
+            """A job that has run is done (deleted): the highs first, then the lows."""
+            waves = [highs, lows] if set(highs) - deleted else [lows]
+            for name in waves[0]:
+                if name not in deleted and history.of(name):
+                    _delete_trainjob(custom, namespace, name)
+                    deleted.add(name)
+            return len(deleted) == LOW_JOBS + HIGH_JOBS or None
+
+        wait_until(finish_what_ran, what="every job to run once", timeout=BURST_WAIT * 6)
+        assert standby.leading(), "the other replica took over"
+        assert standby.metric("dispatch_admission_approvals_total", 'kind="dispatch"') > 0
+
+    for name in lows + highs:
+        rs = [execution.r for execution in history.of(name)]
+        assert rs, f"{name} never ran"
+        assert all(a < b for a, b in pairwise(rs)), f"{name}: R went {rs}"
+    preempted = [name for name in running_lows if len(history.of(name)) > 1]
+    assert preempted, f"no low job of {sorted(running_lows)} was preempted and run again"
+    for name, versions in history.raises.items():
+        floors: dict[str, set[str]] = {}
+        for raised_for, floor in versions:
+            floors.setdefault(raised_for, set()).add(floor)
+        twice = {record: seen for record, seen in floors.items() if len(seen) > 1}
+        assert not twice, f"{name}: A raised more than once for one reservation: {twice}"
+        assert max(int(floor) for _, floor in versions) == len(floors), name
+    for uid, states in history.checks.items():
+        approvals: dict[str, int] = {}
+        for (_, before), (reserved, state) in pairwise(states):
+            if state == "Ready" and before != "Ready":
+                approvals[reserved] = approvals.get(reserved, 0) + 1
+        assert all(count == 1 for count in approvals.values()), f"Workload {uid}: {approvals}"

@@ -17,6 +17,7 @@ from tests.shipped import REPO
 # Helper containers that are not steps: the Argo `exit` template and Tekton's write-request
 # step run the image's Python on a fixed one-line program.
 HELPERS: Final = frozenset({"python3"})
+CONTROLLER: Final = "dispatch-admission-controller"  # a Deployment (pipelines/controller/)
 
 
 def console_scripts() -> dict[str, str]:
@@ -24,6 +25,11 @@ def console_scripts() -> dict[str, str]:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     scripts: dict[str, str] = project["scripts"]
     return scripts
+
+
+def step_scripts() -> set[str]:
+    """The console scripts that are steps a pipeline runs: all but the long-running controller."""
+    return set(console_scripts()) - {CONTROLLER}
 
 
 def settings_class(script: str) -> type[StepSettings]:

@@ -44,7 +44,7 @@ def test_each_step_invocation_parses_with_the_steps_own_cli(
 
 
 def test_every_step_is_shipped_for_argo_tekton_and_jobs() -> None:
-    scripts = set(cli.console_scripts())
+    scripts = cli.step_scripts()
     for engine, invocations in (
         ("argo", render.argo_invocations()),
         (

@@ -1,0 +1,370 @@
+"""The shipped admission controller (pipelines/controller/) on the real API server.
+
+Its manifests are accepted as written (strict field validation), its pod passes Pod
+Security "restricted", and its Deployment's command line parses with the controller's own
+parser into the Lease the Role names. Its RBAC is enough: the controller, run with a token of
+the shipped ServiceAccount (TokenRequest API), raises and approves a queued TrainJob, keeps
+its AdmissionCheck Active, holds its Lease and records its Event. And nothing more: the
+server's rules review lists only the shipped grants, and anything else is 403.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from dispatch_k8s.core import events, wire
+from dispatch_k8s.core.settings import ControllerSettings, load_settings
+from tests.conftest import Cluster
+from tests.integration.conftest import Step, start_args, start_queued
+from tests.integration.controller import replicas
+from tests.integration.lifecycle import DEADLINE, read_trainjob
+from tests.kueue_objects import KueueSetup, condition
+from tests.pipelines import cli, kube
+from tests.pipelines.identity import (
+    Rule,
+    StepIdentity,
+    granted,
+    service_account_token,
+    token_kubeconfig,
+)
+from tests.shipped import PIPELINES, Manifest, documents
+from tests.wait import wait_until
+
+pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]
+CONTROLLER: Final = PIPELINES / "controller"
+RBAC: Final = CONTROLLER / "10-rbac.yaml"
+DEPLOYMENT: Final = CONTROLLER / "20-deployment.yaml"
+SERVICE_ACCOUNT: Final = "dispatch-admission-controller"
+SCRIPT: Final = cli.CONTROLLER
+TRAINER: Final = (wire.TRAINER_GROUP, wire.TRAINER_VERSION)
+KUEUE: Final = (wire.KUEUE_GROUP, wire.KUEUE_VERSION)
+# What every authenticated user may do (self-reviews), not granted by us.
+EVERYONE: Final = frozenset(
+    {"selfsubjectaccessreviews", "selfsubjectrulesreviews", "selfsubjectreviews"}
+)
+DOCUMENTS: Final = [
+    (path, document) for path in sorted(CONTROLLER.glob("*.yaml")) for document in documents(path)
+]
+IDS: Final = [f"{path.name}:{doc['kind']}/{doc['metadata']['name']}" for path, doc in DOCUMENTS]
+
+
+def shipped(kind: str) -> Manifest:
+    """The one shipped object of `kind` under pipelines/controller/."""
+    found = [copy.deepcopy(doc) for _, doc in DOCUMENTS if doc["kind"] == kind]
+    assert len(found) == 1, kind
+    return found[0]
+
+
+def shipped_grants() -> set[Rule]:
+    """What the shipped Role and ClusterRole grant together."""
+    return {
+        rule
+        for document in documents(RBAC)
+        if document["kind"] in ("Role", "ClusterRole")
+        for rule in granted(document)
+    }
+
+
+def pod_of(deployment: Manifest, name: str) -> Manifest:
+    """The pod the Deployment's template makes, named `name`."""
+    template = copy.deepcopy(deployment["spec"]["template"])
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {**template["metadata"], "name": name},
+        "spec": template["spec"],
+    }
+
+
+# --- the manifests ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("path", "document"), DOCUMENTS, ids=IDS)
+def test_the_api_server_accepts_it(
+    path: Path, document: Manifest, api_client: client.ApiClient, namespace: str
+) -> None:
+    answer = kube.dry_run(api_client, document, namespace=namespace)
+    assert (answer["kind"], answer["apiVersion"]) == (document["kind"], document["apiVersion"])
+    assert answer["metadata"]["name"] == document["metadata"]["name"]
+
+
+def test_it_ships_the_whole_controller() -> None:
+    kinds = sorted(doc["kind"] for _, doc in DOCUMENTS)
+    assert kinds == sorted(
+        [
+            "Namespace",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+            "Deployment",
+            "PodDisruptionBudget",
+        ]
+    )
+    # `kubectl apply -f pipelines/controller/` applies files in name order: namespace first.
+    assert DOCUMENTS[0][1]["kind"] == "Namespace"
+    # Namespaced objects name no namespace: `kubectl apply -n` places them.
+    assert all("namespace" not in doc["metadata"] for _, doc in DOCUMENTS)
+
+
+def test_the_pod_passes_pod_security_restricted(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    core = client.CoreV1Api(api_client)
+    assert shipped("Namespace")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == (
+        "restricted"
+    )
+    core.patch_namespace(
+        namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+    )
+    kube.apply(api_client, shipped("ServiceAccount"), namespace=namespace)
+    deployment = shipped("Deployment")
+    answer = kube.dry_run(api_client, pod_of(deployment, "controller"), namespace=namespace)
+    assert answer["spec"]["serviceAccountName"] == SERVICE_ACCOUNT
+    # The check is real: the same pod without the capabilities drop is refused.
+    loose = pod_of(deployment, "loose")
+    del loose["spec"]["containers"][0]["securityContext"]["capabilities"]
+    with pytest.raises(ApiException) as refused:
+        kube.dry_run(api_client, loose, namespace=namespace)
+    assert refused.value.status == 403
+    assert "violates PodSecurity" in json.loads(str(refused.value.body))["message"]
+
+
+def test_the_deployment_command_parses_into_the_lease_the_role_names() -> None:
+    deployment = shipped("Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 2
+    assert spec["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
+    (container,) = spec["template"]["spec"]["containers"]
+    assert container["command"] == [SCRIPT]
+    assert SCRIPT in cli.console_scripts()
+    pod = {"metadata.name": "dispatch-admission-controller-7d9-x2", "metadata.namespace": "ns-a"}
+    env = {var["name"]: pod[var["valueFrom"]["fieldRef"]["fieldPath"]] for var in container["env"]}
+    with cli.environment(env):
+        settings = load_settings(ControllerSettings, prog=SCRIPT, argv=container["args"])
+    assert settings.address == "0.0.0.0:8080"
+    assert settings.identity == "dispatch-admission-controller-7d9-x2"
+    assert settings.lease_namespace == "ns-a"
+    port = int(settings.address.rpartition(":")[2])
+    named = {p["name"]: p["containerPort"] for p in container["ports"]}
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        assert container[probe]["httpGet"]["path"] == path
+        assert named[container[probe]["httpGet"]["port"]] == port
+    # The Role's get/update rule names exactly the default Lease; the binding the namespace.
+    role = shipped("Role")
+    named_rules = [rule for rule in role["rules"] if rule.get("resourceNames")]
+    assert [rule["resourceNames"] for rule in named_rules] == [[settings.lease_name]]
+    binding = shipped("ClusterRoleBinding")
+    (subject,) = binding["subjects"]
+    assert subject["namespace"] == shipped("Namespace")["metadata"]["name"]
+    assert ControllerSettings().lease_namespace == subject["namespace"]
+    assert subject["name"] == spec["template"]["spec"]["serviceAccountName"] == SERVICE_ACCOUNT
+
+
+# --- the identity -------------------------------------------------------------------------
+
+
+def identity_objects(namespace: str) -> list[Manifest]:
+    """The shipped RBAC for a controller whose own namespace is `namespace`; cluster-scoped
+    objects get the namespace appended to their names, so tests never share them."""
+    objects = []
+    for document in documents(RBAC):
+        document = copy.deepcopy(document)
+        if document["kind"].startswith("Cluster"):
+            document["metadata"]["name"] += f"-{namespace}"
+        if document["kind"] == "ClusterRoleBinding":
+            document["roleRef"]["name"] += f"-{namespace}"
+            for subject in document["subjects"]:
+                subject["namespace"] = namespace
+        objects.append(document)
+    return objects
+
+
+@pytest.fixture
+def controller_identity(
+    api_client: client.ApiClient, namespace: str, control_plane: Cluster, tmp_path: Path
+) -> Iterator[StepIdentity]:
+    """pipelines/controller/10-rbac.yaml for the test's namespace, with a token kubeconfig."""
+    objects = identity_objects(namespace)
+    identity = StepIdentity(
+        api=api_client, namespace=namespace, kubeconfig=tmp_path / "none", objects=[]
+    )
+    try:
+        for document in objects:
+            kube.apply(api_client, document, namespace=namespace)
+            identity.objects.append(document)
+        token = service_account_token(api_client, namespace, SERVICE_ACCOUNT)
+        identity.kubeconfig = token_kubeconfig(
+            control_plane.kubeconfig, token, tmp_path / f"{SERVICE_ACCOUNT}.kubeconfig"
+        )
+        yield identity
+    finally:
+        identity.remove()
+
+
+def workload_of(custom: client.CustomObjectsApi, namespace: str, trainjob: str) -> Manifest | None:
+    """The Workload Kueue made for a TrainJob, None before there is one."""
+    listed = custom.list_namespaced_custom_object(*KUEUE, namespace, "workloads")
+    assert isinstance(listed, dict)
+    for item in listed["items"]:
+        if any(o["name"] == trainjob for o in item["metadata"].get("ownerReferences") or []):
+            return dict(item)
+    return None
+
+
+def test_the_shipped_identity_runs_the_controller(
+    controller_identity: StepIdentity,
+    control_plane: Cluster,
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    kueue: KueueSetup,
+    custom: client.CustomObjectsApi,
+    api_client: client.ApiClient,
+    tmp_path: Path,
+) -> None:
+    kueue.install(cpu="1")
+    name = start_queued(step, namespace, torch_runtime, kueue, "rbac").result["name"]
+    with replicas(controller_identity.kubeconfig, namespace, tmp_path, "sa") as (replica,):
+
+        def admitted() -> Manifest | None:
+            current = workload_of(custom, namespace, name)
+            return current if current and condition(current, "Admitted") == "True" else None
+
+        workload = wait_until(admitted, what=f"Kueue to admit {name}", timeout=DEADLINE)
+        states = {s["name"]: s for s in workload["status"]["admissionChecks"]}
+        assert states[kueue.check]["state"] == "Ready"
+        assert states[kueue.check]["message"] == "dispatch: admission count raised to 1"
+        job = read_trainjob(custom, namespace, name)
+        assert job["metadata"]["annotations"][wire.ADMISSION_FLOOR_ANNOTATION] == "1"
+        assert replica.metric("dispatch_admission_raises_total") == 1
+        assert replica.metric("dispatch_admission_approvals_total", 'kind="dispatch"') == 1
+        # admissionchecks/status: it keeps the check Active itself.
+        check = custom.get_cluster_custom_object(*KUEUE, "admissionchecks", kueue.check)
+        assert isinstance(check, dict)
+        active = next(c for c in check["status"]["conditions"] if c["type"] == "Active")
+        assert active["status"] == "True"
+        assert "dispatch-admission-controller" in active["message"]
+        # leases: it created and holds the Lease in its own namespace.
+        lease = client.CoordinationV1Api(api_client).read_namespaced_lease(
+            "dispatch-admission-controller", namespace
+        )
+        assert lease.spec is not None
+        assert lease.spec.holder_identity == "sa"
+        # events: the raise is recorded on the TrainJob.
+        recorded = client.CoreV1Api(api_client).list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={name}"
+        )
+        assert events.RAISED in {event.reason for event in recorded.items}
+        assert replica.stop() == 0
+    # Nothing it tried was refused.
+    refused = [r for r in replica.records() if "403" in json.dumps(r)]
+    assert refused == []
+    assert any(r["message"] == "released the leader Lease" for r in replica.records())
+
+
+def granted_by_the_server(api: client.ApiClient, namespace: str) -> set[Rule]:
+    """The account's own rules in `namespace`, as the server's SelfSubjectRulesReview says."""
+    review = client.AuthorizationV1Api(api).create_self_subject_rules_review(
+        client.V1SelfSubjectRulesReview(
+            spec=client.V1SelfSubjectRulesReviewSpec(namespace=namespace)
+        )
+    )
+    assert review.status is not None
+    rules = set()
+    for rule in review.status.resource_rules:
+        for group in rule.api_groups or []:
+            for resource in rule.resources or []:
+                if resource not in EVERYONE:
+                    rules |= {(group, resource, verb) for verb in rule.verbs}
+    return rules
+
+
+def lease(name: str) -> client.V1Lease:
+    return client.V1Lease(
+        metadata=client.V1ObjectMeta(name=name), spec=client.V1LeaseSpec(holder_identity="x")
+    )
+
+
+def test_the_controller_identity_can_do_nothing_more(
+    controller_identity: StepIdentity,
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    api_client: client.ApiClient,
+) -> None:
+    started = step("start", *start_args(namespace, torch_runtime, "rbac-more"))
+    assert started.code == 0, started.error
+    name = started.result["name"]
+    with contextlib.closing(controller_identity.api_client()) as api:
+        assert granted_by_the_server(api, namespace) == shipped_grants()
+        # Elsewhere only the cluster-wide grants: no Lease of its own there.
+        elsewhere = {r for r in shipped_grants() if r[1] != "leases"}
+        assert granted_by_the_server(api, "default") == elsewhere
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        leases = client.CoordinationV1Api(api)
+        # What it may do, to show the refusals below are not a broken token.
+        assert read_trainjob(custom, namespace, name)["metadata"]["name"] == name
+        pod = client.V1Pod(
+            metadata=client.V1ObjectMeta(name="p"),
+            spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="x")]),
+        )
+        workload = {
+            "apiVersion": "/".join(KUEUE),
+            "kind": "Workload",
+            "metadata": {"name": "any", "resourceVersion": "1"},
+            "spec": {"active": False},
+        }
+        attempts: dict[str, Callable[[], Any]] = {
+            "read a Secret": lambda: core.read_namespaced_secret("any", namespace),
+            "list Secrets": lambda: core.list_namespaced_secret(namespace),
+            "list Secrets cluster-wide": lambda: core.list_secret_for_all_namespaces(),
+            "list pods": lambda: core.list_namespaced_pod(namespace),
+            "create a pod": lambda: core.create_namespaced_pod(namespace, pod),
+            "delete the TrainJob": lambda: custom.delete_namespaced_custom_object(
+                *TRAINER, namespace, "trainjobs", name
+            ),
+            "patch the TrainJob": lambda: custom.patch_namespaced_custom_object(
+                *TRAINER, namespace, "trainjobs", name, {"metadata": {"labels": {"x": "y"}}}
+            ),
+            "list TrainJobs": lambda: custom.list_namespaced_custom_object(
+                *TRAINER, namespace, "trainjobs"
+            ),
+            "update a Workload's spec": lambda: custom.replace_namespaced_custom_object(
+                *KUEUE, namespace, "workloads", "any", workload
+            ),
+            "patch a Workload's spec": lambda: custom.patch_namespaced_custom_object(
+                *KUEUE, namespace, "workloads", "any", {"spec": {"active": False}}
+            ),
+            "delete a Workload": lambda: custom.delete_namespaced_custom_object(
+                *KUEUE, namespace, "workloads", "any"
+            ),
+            "edit an AdmissionCheck's spec": lambda: custom.patch_cluster_custom_object(
+                *KUEUE, "admissionchecks", "any", {"spec": {"controllerName": "x"}}
+            ),
+            "read another Lease": lambda: leases.read_namespaced_lease("other", namespace),
+            "take another Lease": lambda: leases.replace_namespaced_lease(
+                "other", namespace, lease("other")
+            ),
+            "make a Lease in another namespace": lambda: leases.create_namespaced_lease(
+                "default", lease(SERVICE_ACCOUNT)
+            ),
+            "read a ConfigMap": lambda: core.read_namespaced_config_map("any", namespace),
+        }
+        for what, attempt in attempts.items():
+            with pytest.raises(ApiException) as refused:
+                attempt()
+            assert refused.value.status == 403, f"{what}: {refused.value.status}"
+    job = read_trainjob(client.CustomObjectsApi(api_client), namespace, name)
+    assert "x" not in (job["metadata"].get("labels") or {})
+    assert job["metadata"].get("deletionTimestamp") is None

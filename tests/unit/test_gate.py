@@ -1,0 +1,109 @@
+"""The controller's decision for one Workload: raise, approve (after a raise, or with nothing
+raised), or neither; and the Active condition of its AdmissionChecks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dispatch_k8s.core import gate, wire
+from dispatch_k8s.core.gate import Approve, RaiseFor
+from dispatch_k8s.core.trainjob import Refusal
+from dispatch_k8s.core.workload import Finished, Skip, reservation_record
+from tests.unit.audit_factories import trainjob_dict
+from tests.unit.test_workload import CHECK, workload_dict
+
+
+def dispatch_job(*, raised_for: str | None = None, floor: str = "1", **fields: Any) -> Any:
+    job = trainjob_dict(floor=floor, **fields)
+    job["spec"]["suspend"] = True
+    job["metadata"]["name"] = "train-1"
+    job["metadata"]["labels"] = {wire.MANAGED_BY_LABEL: wire.MANAGED_BY}
+    if raised_for is not None:
+        job["metadata"]["annotations"][wire.RAISED_FOR_ANNOTATION] = raised_for
+    return job
+
+
+def test_a_reservation_not_raised_for_is_raised_for() -> None:
+    decision = gate.decide_gate(workload_dict(), dispatch_job(raised_for="old 1"), check=CHECK)
+    assert isinstance(decision, RaiseFor)
+    assert decision.reservation.record == reservation_record(workload_dict())
+
+
+def test_a_reservation_already_raised_for_is_approved_with_that_a_and_no_second_raise() -> None:
+    record = reservation_record(workload_dict())
+    decision = gate.decide_gate(
+        workload_dict(), dispatch_job(raised_for=record, floor="4", admission="4"), check=CHECK
+    )
+    assert isinstance(decision, Approve)
+    assert (decision.admission, decision.message) == (4, "dispatch: admission count raised to 4")
+    assert decision.reservation.record == record
+
+
+def test_a_workload_of_no_dispatch_trainjob_is_approved_with_nothing_raised() -> None:
+    for job in (None, trainjob_dict()):  # no TrainJob read; a TrainJob without our label
+        decision = gate.decide_gate(workload_dict(), job, check=CHECK)
+        assert isinstance(decision, Approve)
+        assert decision.admission is None
+        assert "approved without raising an admission count" in decision.message
+        assert "TrainJob train-1 is not a dispatch-managed TrainJob" in decision.message
+
+
+def test_nothing_is_done_for_a_check_that_is_not_pending_or_a_workload_not_reserved() -> None:
+    for workload in (workload_dict(state="Ready"), workload_dict(reserved="False")):
+        assert isinstance(gate.decide_gate(workload, dispatch_job(), check=CHECK), Skip)
+    finished = workload_dict(finished="True")
+    assert isinstance(gate.decide_gate(finished, dispatch_job(), check=CHECK), Finished)
+
+
+def test_a_foreign_flagged_or_multikueue_trainjob_is_refused_not_approved() -> None:
+    flagged = dispatch_job(foreign="true", cause="a reset")
+    assert isinstance(gate.decide_gate(workload_dict(), flagged, check=CHECK), Refusal)
+    remote = dispatch_job()
+    remote["spec"]["managedBy"] = wire.MULTIKUEUE_MANAGER
+    assert isinstance(gate.decide_gate(workload_dict(), remote, check=CHECK), Refusal)
+
+
+def test_a_garbled_floor_on_a_recorded_raise_is_refused() -> None:
+    record = reservation_record(workload_dict())
+    job = dispatch_job(raised_for=record, floor="x")
+    decision = gate.decide_gate(workload_dict(), job, check=CHECK)
+    assert isinstance(decision, Refusal)
+    assert "admission-floor" in decision.reason
+
+
+def test_only_our_checks_are_gated() -> None:
+    assert gate.our_checks(workload_dict(), {CHECK}) == [CHECK]
+    assert gate.our_checks(workload_dict(), {"someone-else"}) == []
+    assert gate.our_checks(workload_dict(checks=False), {CHECK}) == []
+
+
+def admission_check(**spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "dispatch-admission", "generation": 2},
+        "spec": {"controllerName": wire.ADMISSION_CHECK_CONTROLLER, **spec},
+    }
+
+
+def test_an_admission_check_is_kept_active_and_written_only_when_it_differs() -> None:
+    check = admission_check()
+    assert gate.is_ours(check)
+    wanted = gate.active_status(check, now="2026-12-01T10:00:00Z")
+    (condition,) = wanted["status"]["conditions"]
+    assert (condition["status"], condition["reason"], condition["observedGeneration"]) == (
+        "True",
+        "Active",
+        2,
+    )
+    assert gate.needs_active_write(check, wanted)
+    check["status"] = wanted["status"]
+    again = gate.active_status(check, now="2026-12-01T11:00:00Z")
+    assert not gate.needs_active_write(check, again)
+    assert again["status"]["conditions"][0]["lastTransitionTime"] == "2026-12-01T10:00:00Z"
+
+
+def test_an_admission_check_with_parameters_is_inactive_with_a_reason() -> None:
+    check = admission_check(parameters={"apiGroup": "x", "kind": "Y", "name": "z"})
+    (condition,) = gate.active_status(check, now="2026-12-01T10:00:00Z")["status"]["conditions"]
+    assert (condition["status"], condition["reason"]) == ("False", "ParametersNotSupported")
+    assert "remove spec.parameters" in condition["message"]
+    assert not gate.is_ours(admission_check(controllerName="kueue.x-k8s.io/provisioning"))

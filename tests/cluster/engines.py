@@ -207,14 +207,13 @@ def engine_crds(plane_rest: RestClient) -> list[str]:
     from tests.pipelines import crds
 
     names = []
-    for engine in crds.pinned():
-        for crd in crds.crds(engine):
-            try:
-                plane_rest.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
-            except ApiError as e:
-                if e.status != 409:
-                    raise
-            names.append(crd["metadata"]["name"])
+    for crd in crds.every_crd():
+        try:
+            plane_rest.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+        except ApiError as e:
+            if e.status != 409:
+                raise
+        names.append(crd["metadata"]["name"])
     return names
 
 

@@ -13,6 +13,7 @@ import copy
 import functools
 import sys
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -81,6 +82,12 @@ def crds(engine: CrdModule) -> list[dict[str, Any]]:
     return found
 
 
+def every_crd() -> Iterator[dict[str, Any]]:
+    """Every pinned engine's CRDs, engine by engine, read as each is reached."""
+    for engine in pinned():
+        yield from crds(engine)
+
+
 def _established(api: client.ApiClient, name: str) -> bool | None:
     path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
     conditions = kube.request(api, "GET", path).get("status", {}).get("conditions") or []
@@ -91,12 +98,11 @@ def _established(api: client.ApiClient, name: str) -> bool | None:
 def install(api: client.ApiClient) -> list[str]:
     """Apply every pinned engine's CRDs and wait until the server serves them."""
     names = []
-    for engine in pinned():
-        for crd in crds(engine):
-            # Server-side apply: Argo's full CRDs are too large for client-side apply's
-            # last-applied annotation (its manifests/base/crds/full/README.md).
-            kube.apply(api, crd, namespace=None)
-            names.append(crd["metadata"]["name"])
+    for crd in every_crd():
+        # Server-side apply: Argo's full CRDs are too large for client-side apply's
+        # last-applied annotation (its manifests/base/crds/full/README.md).
+        kube.apply(api, crd, namespace=None)
+        names.append(crd["metadata"]["name"])
     for name in names:
         wait_until(
             functools.partial(_established, api, name),

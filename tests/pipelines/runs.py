@@ -3,6 +3,7 @@ Pipeline, as `argo submit --from` and `tkn pipeline start` do, and read what the
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,7 @@ from kubernetes import client
 
 from tests.images.engine import BUSYBOX
 from tests.integration.lifecycle import as_dict, reset_jobset
+from tests.kueue_objects import KueueSetup
 from tests.node.executions import IDENTITY, printed
 from tests.pipelines import kube
 from tests.pipelines.identity import SERVICE_ACCOUNT
@@ -73,17 +75,39 @@ def submit_workflow(
     return str(kube.apply(api, workflow, namespace=namespace)["metadata"]["name"])
 
 
+def run_ended(
+    api: client.ApiClient,
+    group_version: tuple[str, str],
+    plural: str,
+    kind: str,
+    namespace: str,
+    name: str,
+    *,
+    is_done: Callable[[dict[str, Any]], Ended | None],
+    timeout: float = RUN_TIMEOUT,
+) -> Ended:
+    """Wait for the `kind` `name` (`plural` of `group_version`) to end: poll it until
+    `is_done` reads an end from it."""
+    return wait_until(
+        lambda: is_done(_get(api, group_version, f"namespaces/{namespace}/{plural}/{name}")),
+        what=f"{kind} {name} to end",
+        timeout=timeout,
+    )
+
+
+def _workflow_done(body: dict[str, Any]) -> Ended | None:
+    """Argo: how a Workflow ended, by its phase; None while it runs."""
+    phase = str(body.get("status", {}).get("phase") or "")
+    return Ended(phase == "Succeeded", phase, body) if phase in ARGO_DONE else None
+
+
 def workflow_ended(
     api: client.ApiClient, namespace: str, name: str, *, timeout: float = RUN_TIMEOUT
 ) -> Ended:
     """Wait for Workflow `name` to end."""
-
-    def ended() -> Ended | None:
-        body = _get(api, ARGO, f"namespaces/{namespace}/workflows/{name}")
-        phase = str(body.get("status", {}).get("phase") or "")
-        return Ended(phase == "Succeeded", phase, body) if phase in ARGO_DONE else None
-
-    return wait_until(ended, what=f"Workflow {name} to end", timeout=timeout)
+    return run_ended(
+        api, ARGO, "workflows", "Workflow", namespace, name, is_done=_workflow_done, timeout=timeout
+    )
 
 
 def start_pipeline(
@@ -111,19 +135,28 @@ def start_pipeline(
     return str(kube.apply(api, run, namespace=namespace)["metadata"]["name"])
 
 
+def _pipeline_run_done(body: dict[str, Any]) -> Ended | None:
+    """Tekton: how a PipelineRun ended, by its Succeeded condition; None while it runs."""
+    for condition in body.get("status", {}).get("conditions") or []:
+        if condition["type"] == "Succeeded" and condition["status"] != "Unknown":
+            return Ended(condition["status"] == "True", condition.get("reason", ""), body)
+    return None
+
+
 def pipeline_run_ended(
     api: client.ApiClient, namespace: str, name: str, *, timeout: float = RUN_TIMEOUT
 ) -> Ended:
     """Wait for PipelineRun `name` to end."""
-
-    def ended() -> Ended | None:
-        body = _get(api, TEKTON, f"namespaces/{namespace}/pipelineruns/{name}")
-        for condition in body.get("status", {}).get("conditions") or []:
-            if condition["type"] == "Succeeded" and condition["status"] != "Unknown":
-                return Ended(condition["status"] == "True", condition.get("reason", ""), body)
-        return None
-
-    return wait_until(ended, what=f"PipelineRun {name} to end", timeout=timeout)
+    return run_ended(
+        api,
+        TEKTON,
+        "pipelineruns",
+        "PipelineRun",
+        namespace,
+        name,
+        is_done=_pipeline_run_done,
+        timeout=timeout,
+    )
 
 
 def task_runs(api: client.ApiClient, namespace: str, run: str) -> list[dict[str, Any]]:
@@ -176,6 +209,32 @@ def start_request(
     if queue is not None:
         request["queue"] = queue
     return request
+
+
+def queued_request(
+    namespace: str,
+    runtime: str,
+    kueue: KueueSetup,
+    *,
+    image: str,
+    priority: str,
+    train: str,
+    job_id: str,
+    wait_seconds: str,
+    pause_seconds: str,
+) -> dict[str, str]:
+    """The dispatch-kueue arguments (Argo's parameters, Tekton's params) of a one-CPU start
+    request at `priority` in the Kueue setup's LocalQueue, run by the steps in `image`: each
+    round waits `wait_seconds` for a reservation, then pauses `pause_seconds`."""
+    request = start_request(namespace, runtime, train=train, queue=kueue.local_queue, job_id=job_id)
+    request |= {"resources_per_node": {"requests": {"cpu": "1"}}, "priority_class": priority}
+    return {
+        "request": json.dumps(request),
+        "image": image,
+        "check": kueue.check,
+        "wait-seconds": wait_seconds,
+        "pause-seconds": pause_seconds,
+    }
 
 
 QUIET_ROUND: Final = '"exit_code": 75'  # admit's log line when no reservation came in time

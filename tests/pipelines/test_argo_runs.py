@@ -34,6 +34,7 @@ from tests.pipelines.runs import (
     gates,
     gates_running,
     install_shipped,
+    queued_request,
     reset_after_one_restart,
     start_request,
     submit_workflow,
@@ -101,17 +102,17 @@ def test_the_kueue_loop_outlasts_200_rounds_then_gates_a_preemption_and_readmiss
     kueue.install(cpu="1", priorities={low: 10, high: 1000})
 
     def queued(priority: str, train: str, job_id: str) -> str:
-        request = start_request(
-            namespace, real_node_runtime, train=train, queue=kueue.local_queue, job_id=job_id
+        parameters = queued_request(
+            namespace,
+            real_node_runtime,
+            kueue,
+            image=step_image_on_node,
+            priority=priority,
+            train=train,
+            job_id=job_id,
+            wait_seconds="1",  # a quiet round: no reservation within 1 s, exit 75
+            pause_seconds="0",
         )
-        request |= {"resources_per_node": {"requests": {"cpu": "1"}}, "priority_class": priority}
-        parameters = {
-            "request": json.dumps(request),
-            "image": step_image_on_node,
-            "check": kueue.check,
-            "wait-seconds": "1",  # a quiet round: no reservation within 1 s, exit 75
-            "pause-seconds": "0",
-        }
         return submit_workflow(api_client, namespace, "dispatch-kueue", parameters)
 
     victim = queued(low, RUNS, IDENTITY.job_id)

@@ -28,6 +28,7 @@ from tests.pipelines.runs import (
     Ended,
     install_shipped,
     pipeline_run_ended,
+    queued_request,
     reset_after_one_restart,
     start_pipeline,
     start_request,
@@ -104,17 +105,17 @@ def test_the_kueue_pipeline_gates_a_preemption_and_readmission(
     kueue.install(cpu="1", priorities={low: 10, high: 1000})
 
     def queued(priority: str, train: str, job_id: str) -> str:
-        request = start_request(
-            namespace, real_node_runtime, train=train, queue=kueue.local_queue, job_id=job_id
+        params = queued_request(
+            namespace,
+            real_node_runtime,
+            kueue,
+            image=step_image_on_node,
+            priority=priority,
+            train=train,
+            job_id=job_id,
+            wait_seconds="2",
+            pause_seconds="1",
         )
-        request |= {"resources_per_node": {"requests": {"cpu": "1"}}, "priority_class": priority}
-        params = {
-            "request": json.dumps(request),
-            "image": step_image_on_node,
-            "check": kueue.check,
-            "wait-seconds": "2",
-            "pause-seconds": "1",
-        }
         return start_pipeline(api_client, namespace, "dispatch-kueue", params, timeout="0")
 
     victim = queued(low, RUNS, IDENTITY.job_id)

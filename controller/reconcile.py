@@ -143,20 +143,24 @@ class Gatekeeper:
         logger.bind(
             trainjob=meta["name"], workload=reservation.workload, admission=decision.admission
         ).info("raised admission")
-        message = events.raise_message(
-            admission=decision.admission, restart=decision.restart, workload=reservation.workload
-        )
-        self._gateway.emit_event(
-            written, event_type="Normal", reason=events.RAISED, message=message, step=COMPONENT
-        )
-        refusal = workload.decide_approval(
-            current, written, check=check, admission=decision.admission
-        )
-        if refusal is not None:
-            return self._refuse(current, written, refusal, reason="approval")
-        message = workload.approval_message(decision.admission)
-        self._approve(current, check, reservation, message, kind="dispatch")
-        return None
+        try:
+            refusal = workload.decide_approval(
+                current, written, check=check, admission=decision.admission
+            )
+            if refusal is not None:
+                return self._refuse(current, written, refusal, reason="approval")
+            message = workload.approval_message(decision.admission)
+            self._approve(current, check, reservation, message, kind="dispatch")
+            return None
+        finally:  # the Event after the approval: it is best effort, and no gate waits on it
+            message = events.raise_message(
+                admission=decision.admission,
+                restart=decision.restart,
+                workload=reservation.workload,
+            )
+            self._gateway.emit_event(
+                written, event_type="Normal", reason=events.RAISED, message=message, step=COMPONENT
+            )
 
     def _approve(
         self,

@@ -37,7 +37,9 @@ cp -r "$repo/bin" "$context/src/"
 # The folders linked under dispatch_k8s/ are copied into it here, as the wheel has them.
 mkdir -p "$context/src/dispatch_k8s"
 cp "$repo/dispatch_k8s/__init__.py" "$context/src/dispatch_k8s/"
-for package in core steps; do
+for link in "$repo"/dispatch_k8s/*; do
+  [[ -L $link ]] || continue  # the links are the packages (not __init__.py, __pycache__)
+  package=$(basename "$link")
   mkdir -p "$context/src/dispatch_k8s/$package"
   cp "$repo/$package"/*.py "$context/src/dispatch_k8s/$package/"
 done

@@ -62,17 +62,7 @@ class KueueSetup:
         """The cluster-wide name of one of this setup's ResourceFlavors."""
         return f"{self.namespace}-{name}"
 
-    def install(
-        self,
-        *,
-        cpu: str,
-        priorities: dict[str, int] | None = None,
-        flavors: tuple[str, ...] = ("flavor",),
-        check_on_flavors: tuple[str, ...] | None = None,
-    ) -> None:
-        """A ClusterQueue gated by this project's AdmissionCheck: `cpu` nominal quota in each
-        of `flavors` (tried in order), the check on all of them or on `check_on_flavors`."""
-        cluster_queue = f"{self.namespace}-cq"
+    def _install_check(self) -> None:
         self._create(
             "admissionchecks",
             "AdmissionCheck",
@@ -99,6 +89,22 @@ class KueueSetup:
                 }
             },
         )
+
+    def install(
+        self,
+        *,
+        cpu: str,
+        priorities: dict[str, int] | None = None,
+        flavors: tuple[str, ...] = ("flavor",),
+        check_on_flavors: tuple[str, ...] | None = None,
+        with_check: bool = True,
+    ) -> None:
+        """A ClusterQueue gated by this project's AdmissionCheck: `cpu` nominal quota in each
+        of `flavors` (tried in order), the check on all of them or on `check_on_flavors`;
+        `with_check=False` makes the same ClusterQueue without any check."""
+        cluster_queue = f"{self.namespace}-cq"
+        if with_check:
+            self._install_check()
         for flavor in flavors:
             self._create("resourceflavors", "ResourceFlavor", self.flavor(flavor), None)
         for name, value in (priorities or {}).items():
@@ -134,7 +140,7 @@ class KueueSetup:
                     }
                 ],
                 "preemption": {"withinClusterQueue": "LowerPriority"},
-                "admissionChecksStrategy": {"admissionChecks": [check]},
+                **({"admissionChecksStrategy": {"admissionChecks": [check]}} if with_check else {}),
             },
         )
         self.custom.create_namespaced_custom_object(

@@ -57,6 +57,9 @@ KCM_CONTROLLERS: Final = (
     # the steps') reach the API server with their ServiceAccount's token, as in any cluster.
     "serviceaccount-controller",
     "root-ca-certificate-publisher-controller",
+    # The shipped controller Deployment (pipelines/controller/) gets its pods.
+    "deployment-controller",
+    "replicaset-controller",
     # The shipped audit CronJob (pipelines/jobs/audit-cronjob.yaml) fires.
     "cronjob-controller",
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Final
 
@@ -18,6 +19,7 @@ from kubernetes import client
 from dispatch_k8s.core import output, wire
 from tests.images import engine
 from tests.images.containers import ContainerRun, Mount, run_container
+from tests.pipelines import cli
 from tests.requests import request_flags
 from tests.shipped import RUNTIMES, install_runtime
 
@@ -171,3 +173,14 @@ def test_the_image_runs_as_non_root_on_a_read_only_root(step_image: str) -> None
 def test_the_steps_layer_stays_small(step_image: str, debian_image: str) -> None:
     added = engine.image_size(step_image) - engine.image_size(debian_image)
     assert 0 < added < MAX_STEPS_LAYER, f"the steps add {added / 2**20:.0f} MiB to their base"
+
+
+def test_every_console_script_runs_in_the_image(step_image: str) -> None:
+    """All of pyproject's scripts, the controller's included: build.sh staged every package."""
+    scripts = sorted(cli.console_scripts())
+    run = run_container(
+        step_image, ["sh", "-c", "; ".join(f"{script} --version" for script in scripts)]
+    )
+    assert run.code == 0, run.stderr
+    installed = version("dispatch-k8s")
+    assert run.stdout.splitlines() == [f"{script} (dispatch-k8s) {installed}" for script in scripts]

@@ -15,6 +15,7 @@ from tests.images.conftest import debian_image, docker_engine, step_image
 from tests.integration.conftest import custom, kueue, step
 from tests.node.fixtures import real_node_runtime, step_image_on_node
 from tests.pipelines import cli, crds
+from tests.pipelines.controller_identity import controller_identity
 from tests.pipelines.identity import StepIdentity, install_identity
 from tests.pipelines.queues import Queues, install_queues
 from tests.shipped import install_runtime
@@ -73,6 +74,7 @@ def queues(api_client: client.ApiClient, namespace: str) -> Iterator[Queues]:
 
 # The image and real-node suites' fixtures the engines' runs use.
 __all__ = [
+    "controller_identity",
     "custom",
     "debian_image",
     "docker_engine",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -29,21 +29,20 @@ from tests.integration.controller import replicas
 from tests.integration.lifecycle import DEADLINE, read_trainjob
 from tests.kueue_objects import KueueSetup, condition
 from tests.pipelines import cli, kube
+from tests.pipelines.controller_identity import (
+    CONTROLLER,
+    RBAC,
+    SERVICE_ACCOUNT,
+)
 from tests.pipelines.identity import (
     Rule,
     StepIdentity,
     granted,
-    service_account_token,
-    token_kubeconfig,
 )
-from tests.shipped import PIPELINES, Manifest, documents
+from tests.shipped import Manifest, documents
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]
-CONTROLLER: Final = PIPELINES / "controller"
-RBAC: Final = CONTROLLER / "10-rbac.yaml"
-DEPLOYMENT: Final = CONTROLLER / "20-deployment.yaml"
-SERVICE_ACCOUNT: Final = "dispatch-admission-controller"
 SCRIPT: Final = cli.CONTROLLER
 TRAINER: Final = (wire.TRAINER_GROUP, wire.TRAINER_VERSION)
 KUEUE: Final = (wire.KUEUE_GROUP, wire.KUEUE_VERSION)
@@ -172,44 +171,6 @@ def test_the_deployment_command_parses_into_the_lease_the_role_names() -> None:
 
 
 # --- the identity -------------------------------------------------------------------------
-
-
-def identity_objects(namespace: str) -> list[Manifest]:
-    """The shipped RBAC for a controller whose own namespace is `namespace`; cluster-scoped
-    objects get the namespace appended to their names, so tests never share them."""
-    objects = []
-    for document in documents(RBAC):
-        document = copy.deepcopy(document)
-        if document["kind"].startswith("Cluster"):
-            document["metadata"]["name"] += f"-{namespace}"
-        if document["kind"] == "ClusterRoleBinding":
-            document["roleRef"]["name"] += f"-{namespace}"
-            for subject in document["subjects"]:
-                subject["namespace"] = namespace
-        objects.append(document)
-    return objects
-
-
-@pytest.fixture
-def controller_identity(
-    api_client: client.ApiClient, namespace: str, control_plane: Cluster, tmp_path: Path
-) -> Iterator[StepIdentity]:
-    """pipelines/controller/10-rbac.yaml for the test's namespace, with a token kubeconfig."""
-    objects = identity_objects(namespace)
-    identity = StepIdentity(
-        api=api_client, namespace=namespace, kubeconfig=tmp_path / "none", objects=[]
-    )
-    try:
-        for document in objects:
-            kube.apply(api_client, document, namespace=namespace)
-            identity.objects.append(document)
-        token = service_account_token(api_client, namespace, SERVICE_ACCOUNT)
-        identity.kubeconfig = token_kubeconfig(
-            control_plane.kubeconfig, token, tmp_path / f"{SERVICE_ACCOUNT}.kubeconfig"
-        )
-        yield identity
-    finally:
-        identity.remove()
 
 
 def workload_of(custom: client.CustomObjectsApi, namespace: str, trainjob: str) -> Manifest | None:

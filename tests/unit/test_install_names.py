@@ -16,7 +16,10 @@ import pytest
 
 REPO: Final = Path(__file__).resolve().parents[2]
 # What the wheel is built from: the source folders and their links under dispatch_k8s/.
-SOURCES: Final = ("pyproject.toml", "README.md", "bin", "dispatch_k8s", "core", "steps")
+PACKAGES: Final = tuple(
+    sorted(path.name for path in (REPO / "dispatch_k8s").iterdir() if path.is_symlink())
+)
+SOURCES: Final = ("pyproject.toml", "README.md", "bin", "dispatch_k8s", *PACKAGES)
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +45,9 @@ def test_the_wheel_has_one_top_level_package(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names if ".dist-info/" not in name}
     assert tops == {"dispatch_k8s", "dispatch_k8s-0.1.0.data"}  # .data: the gates script
-    assert "dispatch_k8s/core/identity.py" in names
-    assert "dispatch_k8s/steps/hold.py" in names
+    assert PACKAGES == ("controller", "core", "steps")
+    for package in PACKAGES:
+        assert f"dispatch_k8s/{package}/__init__.py" in names
     (top_level,) = [name for name in names if name.endswith(".dist-info/top_level.txt")]
     assert zipfile.ZipFile(wheel).read(top_level).decode().split() == ["dispatch_k8s"]
 

@@ -1,0 +1,290 @@
+"""`python -m tests.bench.admission`: what the admission check costs, against none.
+
+Two ClusterQueues on one cluster, alike but for this project's AdmissionCheck: one gated by
+`dispatch-admission-controller` (one replica, its default 4 workers), one without any check.
+Each round holds both queues (`stopPolicy: Hold`), creates N dispatch TrainJobs in each, and
+releases them together, so Kueue reserves quota for N Workloads at once in each queue. A
+watch notes, by this process's monotonic clock, when each Workload is first seen with
+QuotaReserved and when first seen Admitted (the API's own times have whole seconds); the
+figure is the time between, p50 and p99 over every Workload of N's rounds. The controller's
+CPU time and resident memory come from /proc: while idle, and over the rounds of N=100.
+
+    python -m tests.bench.admission                    # starts its own control plane
+    python -m tests.bench.admission --kubeconfig KC    # an existing one (tests.cluster up)
+
+This is a benchmark, not a test: nothing here fails on a slow figure (DESIGN §4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+from kubernetes import client, config, watch
+
+from tests.bench.steps import cluster_at, say
+from tests.integration.controller import Replica, replicas
+from tests.kueue_objects import KUEUE, KueueSetup, condition
+from tests.requests import trainjob_body
+from tests.shipped import REPO
+from tests.wait import wait_until
+
+CONCURRENCY: Final = (1, 10, 100)
+ROUNDS: Final = {1: 20, 10: 5, 100: 2}  # about the same number of Workloads at each N
+TRAINER: Final = ("trainer.kubeflow.org", "v1alpha1")
+QUEUES: Final = ("bench-check", "bench-plain")  # one namespace (and ClusterQueue) each
+TICKS: Final = os.sysconf("SC_CLK_TCK")
+IDLE_SECONDS: Final = 30.0
+
+
+@dataclass
+class Sightings:
+    """When each Workload was first seen reserved and first seen admitted."""
+
+    reserved: dict[str, float] = field(default_factory=dict)
+    admitted: dict[str, float] = field(default_factory=dict)
+    namespace_of: dict[str, str] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def see(self, workload: dict[str, Any]) -> None:
+        now = time.monotonic()
+        uid, namespace = workload["metadata"]["uid"], workload["metadata"]["namespace"]
+        with self.lock:
+            self.namespace_of[uid] = namespace
+            if condition(workload, "QuotaReserved") == "True":
+                self.reserved.setdefault(uid, now)
+            if condition(workload, "Admitted") == "True":
+                self.admitted.setdefault(uid, now)
+
+    def latencies(self, namespace: str, uids: set[str]) -> list[float]:
+        with self.lock:
+            return [
+                self.admitted[uid] - self.reserved[uid]
+                for uid in uids
+                if self.namespace_of.get(uid) == namespace and uid in self.admitted
+            ]
+
+
+def follow(api: client.ApiClient, sightings: Sightings, stop: threading.Event) -> None:
+    """Watch every Workload (both namespaces) until `stop`."""
+    custom = client.CustomObjectsApi(api)
+    version = ""
+    while not stop.is_set():
+        stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
+            custom.list_cluster_custom_object,
+            *KUEUE,
+            "workloads",
+            resource_version=version,
+            timeout_seconds=5,
+        )
+        for event in stream:
+            obj = event["object"]
+            version = obj["metadata"]["resourceVersion"]
+            if obj["metadata"]["namespace"] in QUEUES:
+                sightings.see(obj)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+
+
+def memory_mib(pid: int, key: str) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{key}:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def set_hold(custom: client.CustomObjectsApi, queue: str, *, held: bool) -> None:
+    patch = {"spec": {"stopPolicy": "Hold" if held else "None"}}
+    custom.patch_cluster_custom_object(*KUEUE, "clusterqueues", f"{queue}-cq", patch)
+
+
+def workload_uids(custom: client.CustomObjectsApi, queue: str, count: int) -> set[str] | None:
+    """The UIDs of the queue's Workloads once there are `count` of them (None until then)."""
+    listed = custom.list_namespaced_custom_object(*KUEUE, queue, "workloads")
+    assert isinstance(listed, dict)
+    found = {item["metadata"]["uid"] for item in listed["items"]}
+    return found if len(found) == count else None
+
+
+def one_round(
+    api: client.ApiClient, runtime: str, sightings: Sightings, count: int, index: int
+) -> dict[str, list[float]]:
+    """N TrainJobs in each queue, released together; each queue's latencies."""
+    custom = client.CustomObjectsApi(api)
+    for queue in QUEUES:
+        set_hold(custom, queue, held=True)
+    names = {queue: [f"n{count}-r{index}-{i}" for i in range(count)] for queue in QUEUES}
+
+    def create(queue: str, name: str) -> None:
+        body = trainjob_body(
+            name,
+            runtime=runtime,
+            namespace=queue,
+            queue="queue",
+            resources_per_node={"requests": {"cpu": "1"}},
+        )
+        body["metadata"]["name"] = name
+        custom.create_namespaced_custom_object(*TRAINER, queue, "trainjobs", body)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda pair: create(*pair), [(q, n) for q in QUEUES for n in names[q]]))
+
+    uids = {
+        queue: wait_until(
+            functools.partial(workload_uids, custom, queue, count),
+            what=f"{count} Workloads in {queue}",
+            timeout=300,
+        )
+        for queue in QUEUES
+    }
+    for queue in QUEUES:
+        set_hold(custom, queue, held=False)
+
+    def all_admitted() -> bool | None:
+        done = sum(len(sightings.latencies(q, uids[q])) for q in QUEUES)
+        return done == count * len(QUEUES) or None
+
+    wait_until(all_admitted, what=f"{count} admissions in each queue", timeout=600)
+    latencies = {queue: sightings.latencies(queue, uids[queue]) for queue in QUEUES}
+    for queue in QUEUES:
+        custom.delete_collection_namespaced_custom_object(*TRAINER, queue, "trainjobs")
+    for queue in QUEUES:
+        wait_until(
+            functools.partial(workload_uids, custom, queue, 0),
+            what=f"the Workloads of {queue} to go",
+            timeout=300,
+        )
+    return latencies
+
+
+def percentile(values: Sequence[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+def setup(api: client.ApiClient) -> tuple[str, list[KueueSetup]]:
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    runtime = yaml.safe_load((REPO / "pipelines/runtimes/torch-distributed.yaml").read_text())
+    try:
+        custom.create_cluster_custom_object(*TRAINER, "clustertrainingruntimes", runtime)
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
+    queues = []
+    for name in QUEUES:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+        queue = KueueSetup(custom, name)
+        queue.install(cpu=str(max(CONCURRENCY)), with_check=name == "bench-check")
+        queues.append(queue)
+    return str(runtime["metadata"]["name"]), queues
+
+
+def bench(kubeconfig: Path, work: Path, rounds: dict[int, int]) -> list[str]:
+    configuration = client.Configuration()
+    config.load_kube_config(  # type: ignore[no-untyped-call]
+        config_file=str(kubeconfig), client_configuration=configuration
+    )
+    api = client.ApiClient(configuration)
+    runtime, queues = setup(api)
+    sightings, stop = Sightings(), threading.Event()
+    watcher = threading.Thread(target=follow, args=(api, sightings, stop), daemon=True)
+    watcher.start()
+    try:
+        with replicas(kubeconfig, "bench-check", work, "bench") as (replica,):
+            return measure(api, runtime, sightings, replica, rounds)
+    finally:
+        stop.set()
+        for queue in queues:
+            queue.delete()
+        core = client.CoreV1Api(api)
+        for name in QUEUES:
+            core.delete_namespace(name)
+
+
+def measure(
+    api: client.ApiClient,
+    runtime: str,
+    sightings: Sightings,
+    replica: Replica,
+    rounds: dict[int, int],
+) -> list[str]:
+    pid = replica.process.pid
+    say(f"idle for {IDLE_SECONDS:g} s")
+    began, cpu = time.monotonic(), cpu_seconds(pid)
+    threading.Event().wait(IDLE_SECONDS)
+    idle_cpu = (cpu_seconds(pid) - cpu) / (time.monotonic() - began)
+    idle_rss = memory_mib(pid, "VmRSS")
+    lines = [
+        "| concurrent reservations | Workloads | with the check p50 / p99 "
+        "| without a check p50 / p99 | overhead p50 |",
+        "|---|---|---|---|---|",
+    ]
+    burst = ""
+    for count, repeat in rounds.items():
+        say(f"N={count}: {repeat} rounds")
+        cpu, began = cpu_seconds(pid), time.monotonic()
+        gathered: dict[str, list[float]] = {queue: [] for queue in QUEUES}
+        for index in range(repeat):
+            for queue, values in one_round(api, runtime, sightings, count, index).items():
+                gathered[queue] += values
+        checked, plain = gathered["bench-check"], gathered["bench-plain"]
+        lines.append(
+            f"| {count} | {len(checked)} | {percentile(checked, 0.5) * 1000:.0f} / "
+            f"{percentile(checked, 0.99) * 1000:.0f} ms | {percentile(plain, 0.5) * 1000:.0f} / "
+            f"{percentile(plain, 0.99) * 1000:.0f} ms | "
+            f"{(statistics.median(checked) - statistics.median(plain)) * 1000:.0f} ms |"
+        )
+        if count == max(rounds):
+            spent, wall = cpu_seconds(pid) - cpu, time.monotonic() - began
+            burst = (
+                f"under N={count} ({repeat} rounds, {wall:.0f} s): {spent:.2f} s CPU "
+                f"({spent / wall * 100:.1f}% of a core), {spent / len(checked) * 1000:.1f} ms "
+                f"CPU per Workload gated; peak RSS {memory_mib(pid, 'VmHWM'):.0f} MiB"
+            )
+    return [
+        *lines,
+        "",
+        f"controller idle: {idle_cpu * 100:.2f}% of a core, RSS {idle_rss:.0f} MiB; {burst}",
+    ]
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.admission", description=__doc__)
+    parser.add_argument("--kubeconfig", type=Path, help="an existing cluster (default: start one)")
+    parser.add_argument(
+        "--rounds-scale",
+        type=float,
+        default=1.0,
+        help="multiply the rounds at each N (default 1: 20, 5 and 2 rounds at N=1, 10, 100)",
+    )
+    args = parser.parse_args(argv)
+    rounds = {n: max(1, round(r * args.rounds_scale)) for n, r in ROUNDS.items()}
+    with tempfile.TemporaryDirectory(prefix="dispatch-bench-") as scratch:
+        work = Path(scratch)
+        with cluster_at(args.kubeconfig, work) as kubeconfig:
+            header = (
+                f"machine: {os.cpu_count()} cores, load average "
+                f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start"
+            )
+            lines = bench(kubeconfig, work, rounds)
+            sys.stdout.write("\n".join([header, "", *lines]) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,132 @@
+"""The shipped controller Deployment on the real node, as the shipped ServiceAccount: two
+replicas of the step image, one leading; the leader's pod killed, the other takes over."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from dispatch_k8s.core import wire
+from tests.cluster.process import free_ports
+from tests.conftest import Cluster
+from tests.integration.conftest import Step, start_queued
+from tests.integration.controller import admitted
+from tests.integration.lifecycle import as_dict, read_trainjob
+from tests.kueue_objects import KueueSetup
+from tests.node.executions import DEADLINE, api_port, on_the_node
+from tests.pipelines import kube
+from tests.pipelines.controller_identity import DEPLOYMENT, SERVICE_ACCOUNT
+from tests.pipelines.identity import StepIdentity
+from tests.shipped import documents
+from tests.wait import wait_until
+
+pytestmark = [pytest.mark.node, pytest.mark.cluster, pytest.mark.images]
+
+
+def replica_on_the_node(
+    shipped: dict[str, Any], suffix: str, *, port: int, api: int, namespace: str, image: str
+) -> dict[str, Any]:
+    """One replica of the shipped Deployment as it runs here: on the host network, every
+    replica on its own loopback port (two on one node cannot share one), its probes sent to
+    127.0.0.1 rather than the pod IP (the node's own address), gating this namespace only."""
+    deployment = copy.deepcopy(shipped)
+    deployment["metadata"]["name"] += f"-{suffix}"
+    spec = deployment["spec"]
+    spec["replicas"] = 1
+    for labels in (spec["selector"]["matchLabels"], spec["template"]["metadata"]["labels"]):
+        labels["app.kubernetes.io/instance"] = suffix
+    pod = spec["template"]["spec"] = on_the_node(spec["template"]["spec"], api)
+    (container,) = pod["containers"]
+    container["image"] = image
+    container["args"] = [f"--address=127.0.0.1:{port}", f"--namespaces={namespace}"]
+    container["ports"] = [{"name": "http", "containerPort": port}]
+    for probe in ("livenessProbe", "readinessProbe"):
+        container[probe]["httpGet"]["host"] = "127.0.0.1"
+    return deployment
+
+
+def replica_states(core: client.CoreV1Api, namespace: str) -> list[str]:
+    """Each controller pod's phase, container state and log tail: why a replica is not Ready."""
+    selector = "app.kubernetes.io/name=dispatch-admission-controller"
+    states = []
+    for pod in as_dict(core.list_namespaced_pod(namespace, label_selector=selector))["items"]:
+        name = pod["metadata"]["name"]
+        status = pod.get("status") or {}
+        containers = [c.get("state") for c in status.get("containerStatuses") or []]
+        try:
+            log = str(core.read_namespaced_pod_log(name, namespace, tail_lines=5))
+        except client.ApiException as e:
+            log = f"(no log: {e.status})"
+        states.append(f"{name} {status.get('phase')} {containers} {log}")
+    return states
+
+
+def lease_holder(api: client.ApiClient, namespace: str) -> str | None:
+    lease = as_dict(client.CoordinationV1Api(api).read_namespaced_lease(SERVICE_ACCOUNT, namespace))
+    return lease["spec"].get("holderIdentity") or None
+
+
+def test_two_replicas_gate_the_queue_and_the_other_takes_over_from_a_killed_leader(
+    controller_identity: StepIdentity,
+    control_plane: Cluster,
+    api_client: client.ApiClient,
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    kueue: KueueSetup,
+    custom: client.CustomObjectsApi,
+    step_image_on_node: str,
+) -> None:
+    kueue.install(cpu="8")
+    (shipped,) = [d for d in documents(DEPLOYMENT) if d["kind"] == "Deployment"]
+    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    names = []
+    for suffix, port in zip("ab", free_ports(2), strict=True):
+        deployment = replica_on_the_node(
+            shipped,
+            suffix,
+            port=port,
+            api=api_port(control_plane.kubeconfig),
+            namespace=namespace,
+            image=step_image_on_node,
+        )
+        names.append(kube.apply(api_client, deployment, namespace=namespace)["metadata"]["name"])
+
+    def available() -> bool | None:
+        ready = [
+            as_dict(apps.read_namespaced_deployment(name, namespace))["status"].get(
+                "availableReplicas"
+            )
+            for name in names
+        ]
+        return ready == [1, 1] or None
+
+    try:
+        wait_until(available, what="both replicas Ready on the node", timeout=DEADLINE)
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {replica_states(core, namespace)}") from None
+    first = [
+        start_queued(step, namespace, torch_runtime, kueue, f"first-{i}").result["name"]
+        for i in range(3)
+    ]
+    for name in first:
+        admitted(custom, namespace, name)
+    leader = wait_until(
+        lambda: lease_holder(api_client, namespace), what="a leader", timeout=DEADLINE
+    )
+    pods = as_dict(core.list_namespaced_pod(namespace))["items"]
+    assert leader in {pod["metadata"]["name"] for pod in pods}, "the leader is a pod's name"
+    core.delete_namespaced_pod(leader, namespace, grace_period_seconds=0)  # SIGKILL
+    after = [
+        start_queued(step, namespace, torch_runtime, kueue, f"after-{i}").result["name"]
+        for i in range(3)
+    ]
+    for name in after:
+        admitted(custom, namespace, name)
+    assert lease_holder(api_client, namespace) not in (None, leader)
+    for name in first + after:
+        annotations = read_trainjob(custom, namespace, name)["metadata"]["annotations"]
+        assert annotations[wire.ADMISSION_FLOOR_ANNOTATION] == "1", name

@@ -1,0 +1,60 @@
+"""pipelines/controller/'s RBAC installed for one test's namespace, with a token kubeconfig of
+its ServiceAccount: the identity the admission controller runs as."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+import pytest
+from kubernetes import client
+
+from tests.conftest import Cluster
+from tests.pipelines import kube
+from tests.pipelines.identity import StepIdentity, service_account_token, token_kubeconfig
+from tests.shipped import PIPELINES, Manifest, documents
+
+CONTROLLER: Final = PIPELINES / "controller"
+RBAC: Final = CONTROLLER / "10-rbac.yaml"
+DEPLOYMENT: Final = CONTROLLER / "20-deployment.yaml"
+SERVICE_ACCOUNT: Final = "dispatch-admission-controller"
+
+
+def identity_objects(namespace: str) -> list[Manifest]:
+    """The shipped RBAC for a controller whose own namespace is `namespace`; cluster-scoped
+    objects get the namespace appended to their names, so tests never share them."""
+    objects = []
+    for document in documents(RBAC):
+        document = copy.deepcopy(document)
+        if document["kind"].startswith("Cluster"):
+            document["metadata"]["name"] += f"-{namespace}"
+        if document["kind"] == "ClusterRoleBinding":
+            document["roleRef"]["name"] += f"-{namespace}"
+            for subject in document["subjects"]:
+                subject["namespace"] = namespace
+        objects.append(document)
+    return objects
+
+
+@pytest.fixture
+def controller_identity(
+    api_client: client.ApiClient, namespace: str, control_plane: Cluster, tmp_path: Path
+) -> Iterator[StepIdentity]:
+    """pipelines/controller/10-rbac.yaml for the test's namespace, with a token kubeconfig."""
+    objects = identity_objects(namespace)
+    identity = StepIdentity(
+        api=api_client, namespace=namespace, kubeconfig=tmp_path / "none", objects=[]
+    )
+    try:
+        for document in objects:
+            kube.apply(api_client, document, namespace=namespace)
+            identity.objects.append(document)
+        token = service_account_token(api_client, namespace, SERVICE_ACCOUNT)
+        identity.kubeconfig = token_kubeconfig(
+            control_plane.kubeconfig, token, tmp_path / f"{SERVICE_ACCOUNT}.kubeconfig"
+        )
+        yield identity
+    finally:
+        identity.remove()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 import threading
 import time
+from collections import deque
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
@@ -20,7 +21,7 @@ class WorkQueue(Generic[K]):
     """Keys to look at, deduplicated; `add_after` for a state to wait out."""
 
     def __init__(self) -> None:
-        self._ready: list[K] = []
+        self._ready: deque[K] = deque()
         self._queued: set[K] = set()
         self._held: set[K] = set()
         self._again: set[K] = set()  # added while held: handed out once done
@@ -32,12 +33,16 @@ class WorkQueue(Generic[K]):
     def add(self, key: K) -> None:
         """Look at `key` (once, however often it is added before a worker takes it)."""
         with self._changed:
-            if key in self._held:
-                self._again.add(key)
-            elif key not in self._queued:
-                self._queued.add(key)
-                self._ready.append(key)
-                self._changed.notify()
+            self._enqueue(key)
+
+    def _enqueue(self, key: K) -> None:
+        """With the lock held: ready for a worker, or again once its worker is done."""
+        if key in self._held:
+            self._again.add(key)
+        elif key not in self._queued:
+            self._queued.add(key)
+            self._ready.append(key)
+            self._changed.notify()
 
     def add_after(self, key: K, seconds: float) -> None:
         """Look at `key` again in `seconds`."""
@@ -52,7 +57,7 @@ class WorkQueue(Generic[K]):
             while not self._closed:
                 due = self._due_wait()
                 if self._ready:
-                    key = self._ready.pop(0)
+                    key = self._ready.popleft()
                     self._queued.discard(key)
                     self._held.add(key)
                     return key
@@ -64,11 +69,7 @@ class WorkQueue(Generic[K]):
         now = time.monotonic()
         while self._later and self._later[0][0] <= now:
             _, _, key = heapq.heappop(self._later)
-            if key in self._held:
-                self._again.add(key)
-            elif key not in self._queued:
-                self._queued.add(key)
-                self._ready.append(key)
+            self._enqueue(key)
         return self._later[0][0] - now if self._later else None
 
     def done(self, key: K) -> None:
@@ -77,10 +78,7 @@ class WorkQueue(Generic[K]):
             self._held.discard(key)
             if key in self._again:
                 self._again.discard(key)
-                if key not in self._queued:
-                    self._queued.add(key)
-                    self._ready.append(key)
-                    self._changed.notify()
+                self._enqueue(key)
 
     def __len__(self) -> int:
         with self._changed:

@@ -1,7 +1,7 @@
 """`python -m tests.bench.admission`: what the admission check costs, against none.
 
 Two ClusterQueues on one cluster, alike but for this project's AdmissionCheck: one gated by
-`dispatch-admission-controller` (one replica, its default 4 workers), one without any check.
+`dispatch-admission-controller` (one replica, --workers as given), one without any check.
 Each round holds both queues (`stopPolicy: Hold`), creates N dispatch TrainJobs in each, and
 releases them together, so Kueue reserves quota for N Workloads at once in each queue. A
 watch notes, by this process's monotonic clock, when each Workload is first seen with
@@ -194,7 +194,7 @@ def setup(api: client.ApiClient) -> tuple[str, list[KueueSetup]]:
     return str(runtime["metadata"]["name"]), queues
 
 
-def bench(kubeconfig: Path, work: Path, rounds: dict[int, int]) -> list[str]:
+def bench(kubeconfig: Path, work: Path, rounds: dict[int, int], workers: int) -> list[str]:
     configuration = client.Configuration()
     config.load_kube_config(  # type: ignore[no-untyped-call]
         config_file=str(kubeconfig), client_configuration=configuration
@@ -205,7 +205,8 @@ def bench(kubeconfig: Path, work: Path, rounds: dict[int, int]) -> list[str]:
     watcher = threading.Thread(target=follow, args=(api, sightings, stop), daemon=True)
     watcher.start()
     try:
-        with replicas(kubeconfig, "bench-check", work, "bench") as (replica,):
+        extra = ("--workers", str(workers))
+        with replicas(kubeconfig, "bench-check", work, "bench", extra=extra) as (replica,):
             return measure(api, runtime, sightings, replica, rounds)
     finally:
         stop.set()
@@ -272,6 +273,9 @@ def main(argv: list[str]) -> int:
         default=1.0,
         help="multiply the rounds at each N (default 1: 20, 5 and 2 rounds at N=1, 10, 100)",
     )
+    parser.add_argument(
+        "--workers", type=int, default=4, help="the controller's --workers (default: 4, its own)"
+    )
     args = parser.parse_args(argv)
     rounds = {n: max(1, round(r * args.rounds_scale)) for n, r in ROUNDS.items()}
     with tempfile.TemporaryDirectory(prefix="dispatch-bench-") as scratch:
@@ -279,9 +283,10 @@ def main(argv: list[str]) -> int:
         with cluster_at(args.kubeconfig, work) as kubeconfig:
             header = (
                 f"machine: {os.cpu_count()} cores, load average "
-                f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start"
+                f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start; the "
+                f"controller with --workers {args.workers}"
             )
-            lines = bench(kubeconfig, work, rounds)
+            lines = bench(kubeconfig, work, rounds, args.workers)
             sys.stdout.write("\n".join([header, "", *lines]) + "\n")
     return 0
 

@@ -53,19 +53,50 @@ def _install_node_runtime(plane: ControlPlane) -> None:
     )
 
 
-def _start_engines(plane: ControlPlane) -> None:
-    """Argo's and Tekton's controllers, and the step image in the node for their pods."""
+def _step_image_on_node(plane: ControlPlane) -> str:
+    """The step image, built with images/build.sh and imported into the node."""
     from tests.images import engine
 
-    seconds = plane.start_engines()
-    _say(f"Argo Workflows and Tekton controllers ready in {seconds:.1f}s")
     tag = engine.build_step_image()
     assert plane.node is not None
     plane.node.import_images([tag])
     _say(f"step image {tag} built with images/build.sh and imported into the node")
+    return tag
 
 
-def up(run_dir: Path | None, *, node: bool = True, engines: bool = False) -> int:
+def _start_engines(plane: ControlPlane, image: str) -> None:
+    """Argo's and Tekton's controllers (their pods run the step image)."""
+    seconds = plane.start_engines()
+    _say(f"Argo Workflows and Tekton controllers ready in {seconds:.1f}s; step image {image}")
+
+
+def _install_controller(plane: ControlPlane, image: str) -> None:
+    """pipelines/controller/ on the node: two replicas of the admission controller."""
+    from kubernetes import client, config
+
+    from tests.cluster.process import free_ports
+    from tests.node import controller
+    from tests.node.executions import api_port
+
+    configuration = client.Configuration()
+    config.load_kube_config(  # type: ignore[no-untyped-call]
+        config_file=str(plane.kubeconfig), client_configuration=configuration
+    )
+    ports = free_ports(2)
+    with client.ApiClient(configuration) as api:
+        namespace = controller.install(
+            api, image=image, api_port=api_port(plane.kubeconfig), ports=ports
+        )
+    served = ", ".join(f"127.0.0.1:{port}" for port in ports)
+    _say(
+        f"dispatch-admission-controller: two replicas in namespace {namespace} (one Deployment "
+        f"each; /metrics, /healthz, /readyz on {served}); README: The admission controller"
+    )
+
+
+def up(
+    run_dir: Path | None, *, node: bool = True, engines: bool = False, controller: bool = False
+) -> int:
     """Start the control plane, print the kubeconfig path, keep running until told to stop."""
     directory = run_dir or Path(tempfile.mkdtemp(prefix="dispatch-k8s-control-plane-"))
     # Explicitly for SIGINT too: a shell starts background jobs with SIGINT ignored.
@@ -78,8 +109,11 @@ def up(run_dir: Path | None, *, node: bool = True, engines: bool = False) -> int
         plane.start()
         if node:
             _install_node_runtime(plane)
+        image = _step_image_on_node(plane) if engines or controller else ""
         if engines:
-            _start_engines(plane)
+            _start_engines(plane, image)
+        if controller:
+            _install_controller(plane, image)
         _say(f"ready in {plane.started_seconds:.1f}s; apiserver {plane.server}; Ctrl-C stops it")
         sys.stdout.write(f"{plane.kubeconfig}\n")
         sys.stdout.flush()
@@ -114,11 +148,16 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="with the Argo Workflows and Tekton controllers, and the step image on the node",
     )
+    start.add_argument(
+        "--controller",
+        action="store_true",
+        help="with two replicas of the admission controller (pipelines/controller/) on the node",
+    )
     args = parser.parse_args(argv)
-    if args.engines and args.no_node:
-        parser.error("--engines needs the node: their pods run there")
+    if (args.engines or args.controller) and args.no_node:
+        parser.error("--engines and --controller need the node: their pods run there")
     if args.command == "up":
-        return up(args.dir, node=not args.no_node, engines=args.engines)
+        return up(args.dir, node=not args.no_node, engines=args.engines, controller=args.controller)
     return 2
 
 

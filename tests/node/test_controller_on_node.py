@@ -3,9 +3,6 @@ replicas of the step image, one leading; the leader's pod killed, the other take
 
 from __future__ import annotations
 
-import copy
-from typing import Any
-
 import pytest
 from kubernetes import client
 
@@ -16,43 +13,20 @@ from tests.integration.conftest import Step, start_queued
 from tests.integration.controller import admitted
 from tests.integration.lifecycle import as_dict, read_trainjob
 from tests.kueue_objects import KueueSetup
-from tests.node.executions import DEADLINE, api_port, on_the_node
+from tests.node.controller import SELECTOR, replica_on_the_node, shipped_deployment
+from tests.node.executions import DEADLINE, api_port
 from tests.pipelines import kube
-from tests.pipelines.controller_identity import DEPLOYMENT, SERVICE_ACCOUNT
+from tests.pipelines.controller_identity import SERVICE_ACCOUNT
 from tests.pipelines.identity import StepIdentity
-from tests.shipped import documents
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster, pytest.mark.images]
 
 
-def replica_on_the_node(
-    shipped: dict[str, Any], suffix: str, *, port: int, api: int, namespace: str, image: str
-) -> dict[str, Any]:
-    """One replica of the shipped Deployment as it runs here: on the host network, every
-    replica on its own loopback port (two on one node cannot share one), its probes sent to
-    127.0.0.1 rather than the pod IP (the node's own address), gating this namespace only."""
-    deployment = copy.deepcopy(shipped)
-    deployment["metadata"]["name"] += f"-{suffix}"
-    spec = deployment["spec"]
-    spec["replicas"] = 1
-    for labels in (spec["selector"]["matchLabels"], spec["template"]["metadata"]["labels"]):
-        labels["app.kubernetes.io/instance"] = suffix
-    pod = spec["template"]["spec"] = on_the_node(spec["template"]["spec"], api)
-    (container,) = pod["containers"]
-    container["image"] = image
-    container["args"] = [f"--address=127.0.0.1:{port}", f"--namespaces={namespace}"]
-    container["ports"] = [{"name": "http", "containerPort": port}]
-    for probe in ("livenessProbe", "readinessProbe"):
-        container[probe]["httpGet"]["host"] = "127.0.0.1"
-    return deployment
-
-
 def replica_states(core: client.CoreV1Api, namespace: str) -> list[str]:
     """Each controller pod's phase, container state and log tail: why a replica is not Ready."""
-    selector = "app.kubernetes.io/name=dispatch-admission-controller"
     states = []
-    for pod in as_dict(core.list_namespaced_pod(namespace, label_selector=selector))["items"]:
+    for pod in as_dict(core.list_namespaced_pod(namespace, label_selector=SELECTOR))["items"]:
         name = pod["metadata"]["name"]
         status = pod.get("status") or {}
         containers = [c.get("state") for c in status.get("containerStatuses") or []]
@@ -81,7 +55,7 @@ def test_two_replicas_gate_the_queue_and_the_other_takes_over_from_a_killed_lead
     step_image_on_node: str,
 ) -> None:
     kueue.install(cpu="8")
-    (shipped,) = [d for d in documents(DEPLOYMENT) if d["kind"] == "Deployment"]
+    shipped = shipped_deployment()
     apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
     names = []
     for suffix, port in zip("ab", free_ports(2), strict=True):
@@ -90,8 +64,8 @@ def test_two_replicas_gate_the_queue_and_the_other_takes_over_from_a_killed_lead
             suffix,
             port=port,
             api=api_port(control_plane.kubeconfig),
-            namespace=namespace,
             image=step_image_on_node,
+            namespaces=[namespace],
         )
         names.append(kube.apply(api_client, deployment, namespace=namespace)["metadata"]["name"])
 

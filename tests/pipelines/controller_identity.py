@@ -3,7 +3,6 @@ its ServiceAccount: the identity the admission controller runs as."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -13,8 +12,13 @@ from kubernetes import client
 
 from tests.conftest import Cluster
 from tests.pipelines import kube
-from tests.pipelines.identity import StepIdentity, service_account_token, token_kubeconfig
-from tests.shipped import PIPELINES, Manifest, documents
+from tests.pipelines.identity import (
+    StepIdentity,
+    identity_objects,
+    service_account_token,
+    token_kubeconfig,
+)
+from tests.shipped import PIPELINES
 
 CONTROLLER: Final = PIPELINES / "controller"
 RBAC: Final = CONTROLLER / "10-rbac.yaml"
@@ -22,28 +26,12 @@ DEPLOYMENT: Final = CONTROLLER / "20-deployment.yaml"
 SERVICE_ACCOUNT: Final = "dispatch-admission-controller"
 
 
-def identity_objects(namespace: str) -> list[Manifest]:
-    """The shipped RBAC for a controller whose own namespace is `namespace`; cluster-scoped
-    objects get the namespace appended to their names, so tests never share them."""
-    objects = []
-    for document in documents(RBAC):
-        document = copy.deepcopy(document)
-        if document["kind"].startswith("Cluster"):
-            document["metadata"]["name"] += f"-{namespace}"
-        if document["kind"] == "ClusterRoleBinding":
-            document["roleRef"]["name"] += f"-{namespace}"
-            for subject in document["subjects"]:
-                subject["namespace"] = namespace
-        objects.append(document)
-    return objects
-
-
 @pytest.fixture
 def controller_identity(
     api_client: client.ApiClient, namespace: str, control_plane: Cluster, tmp_path: Path
 ) -> Iterator[StepIdentity]:
     """pipelines/controller/10-rbac.yaml for the test's namespace, with a token kubeconfig."""
-    objects = identity_objects(namespace)
+    objects = identity_objects(namespace, rbac=RBAC)
     identity = StepIdentity(
         api=api_client, namespace=namespace, kubeconfig=tmp_path / "none", objects=[]
     )

@@ -39,11 +39,11 @@ def granted(document: Manifest) -> set[Rule]:
     }
 
 
-def shipped_grants() -> set[Rule]:
-    """What the shipped Role and ClusterRole grant together."""
+def shipped_grants(rbac: Path = RBAC) -> set[Rule]:
+    """What the shipped Role and ClusterRole (of `rbac`, the steps' by default) grant together."""
     return {
         rule
-        for document in documents(RBAC)
+        for document in documents(rbac)
         if document["kind"] in ("Role", "ClusterRole")
         for rule in granted(document)
     }
@@ -59,10 +59,14 @@ def _without(document: Manifest, denied: Rule | None) -> Manifest:
     return {**document, "rules": rules}
 
 
-def identity_objects(namespace: str, *, denied: Rule | None = None) -> list[Manifest]:
-    """The shipped RBAC objects for `namespace`, optionally missing one grant."""
+def identity_objects(
+    namespace: str, *, denied: Rule | None = None, rbac: Path = RBAC
+) -> list[Manifest]:
+    """The shipped RBAC objects (of `rbac`, the steps' by default) for `namespace`, optionally
+    missing one grant; cluster-scoped objects get the namespace appended to their names, so
+    tests never share them."""
     objects = []
-    for document in documents(RBAC):
+    for document in documents(rbac):
         document = copy.deepcopy(document)
         if document["kind"] in ("Role", "ClusterRole"):
             document = _without(document, denied)

@@ -34,11 +34,7 @@ from tests.pipelines.controller_identity import (
     RBAC,
     SERVICE_ACCOUNT,
 )
-from tests.pipelines.identity import (
-    Rule,
-    StepIdentity,
-    granted,
-)
+from tests.pipelines.identity import Rule, StepIdentity, shipped_grants
 from tests.shipped import Manifest, documents
 from tests.wait import wait_until
 
@@ -61,16 +57,6 @@ def shipped(kind: str) -> Manifest:
     found = [copy.deepcopy(doc) for _, doc in DOCUMENTS if doc["kind"] == kind]
     assert len(found) == 1, kind
     return found[0]
-
-
-def shipped_grants() -> set[Rule]:
-    """What the shipped Role and ClusterRole grant together."""
-    return {
-        rule
-        for document in documents(RBAC)
-        if document["kind"] in ("Role", "ClusterRole")
-        for rule in granted(document)
-    }
 
 
 def pod_of(deployment: Manifest, name: str) -> Manifest:
@@ -268,9 +254,9 @@ def test_the_controller_identity_can_do_nothing_more(
     assert started.code == 0, started.error
     name = started.result["name"]
     with contextlib.closing(controller_identity.api_client()) as api:
-        assert granted_by_the_server(api, namespace) == shipped_grants()
+        assert granted_by_the_server(api, namespace) == shipped_grants(RBAC)
         # Elsewhere only the cluster-wide grants: no Lease of its own there.
-        elsewhere = {r for r in shipped_grants() if r[1] != "leases"}
+        elsewhere = {r for r in shipped_grants(RBAC) if r[1] != "leases"}
         assert granted_by_the_server(api, "default") == elsewhere
         custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
         leases = client.CoordinationV1Api(api)

@@ -81,6 +81,7 @@ class Leading:
         for thread in self._threads:
             if thread.name.startswith("worker"):
                 thread.join(timeout)
+        self.gatekeeper.close()
 
     # Watches
 

@@ -10,6 +10,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
@@ -50,6 +51,7 @@ class Gatekeeper:
         self._lock = threading.Lock()
         self._first_seen: OrderedDict[str, float] = OrderedDict()
         self._refused: OrderedDict[str, str] = OrderedDict()
+        self._events = ThreadPoolExecutor(max_workers=1, thread_name_prefix="events")
 
     def seen(self, workload_obj: Mapping[str, Any]) -> None:
         """Note when a reservation was first seen pending on one of our checks."""
@@ -152,15 +154,13 @@ class Gatekeeper:
             message = workload.approval_message(decision.admission)
             self._approve(current, check, reservation, message, kind="dispatch")
             return None
-        finally:  # the Event after the approval: it is best effort, and no gate waits on it
+        finally:  # the raise's Event once the approval is written (or refused)
             message = events.raise_message(
                 admission=decision.admission,
                 restart=decision.restart,
                 workload=reservation.workload,
             )
-            self._gateway.emit_event(
-                written, event_type="Normal", reason=events.RAISED, message=message, step=COMPONENT
-            )
+            self._emit(written, "Normal", events.RAISED, message)
 
     def _approve(
         self,
@@ -201,7 +201,22 @@ class Gatekeeper:
             return None
         logger.bind(workload=current["metadata"]["name"], reason=refusal.reason).warning("refused")
         if job is not None:
-            self._gateway.emit_event(
-                job, event_type="Warning", reason=REFUSED, message=refusal.reason, step=COMPONENT
-            )
+            self._emit(job, "Warning", REFUSED, refusal.reason)
         return None
+
+    def _emit(
+        self, job: Mapping[str, Any], event_type: events.EventType, reason: str, message: str
+    ) -> None:
+        """Post an Event from a thread of its own: best effort, and no gate waits on it."""
+        self._events.submit(
+            self._gateway.emit_event,
+            job,
+            event_type=event_type,
+            reason=reason,
+            message=message,
+            step=COMPONENT,
+        )
+
+    def close(self) -> None:
+        """Post the Events still waiting (each is bounded by the gateway's Event timeout)."""
+        self._events.shutdown(wait=True)

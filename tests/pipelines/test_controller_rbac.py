@@ -208,11 +208,15 @@ def test_the_shipped_identity_runs_the_controller(
         )
         assert lease.spec is not None
         assert lease.spec.holder_identity == "sa"
-        # events: the raise is recorded on the TrainJob.
-        recorded = client.CoreV1Api(api_client).list_namespaced_event(
-            namespace, field_selector=f"involvedObject.name={name}"
-        )
-        assert events.RAISED in {event.reason for event in recorded.items}
+
+        # events: the raise is recorded on the TrainJob (posted after the approval).
+        def raised_event() -> bool | None:
+            recorded = client.CoreV1Api(api_client).list_namespaced_event(
+                namespace, field_selector=f"involvedObject.name={name}"
+            )
+            return events.RAISED in {event.reason for event in recorded.items} or None
+
+        wait_until(raised_event, what=f"an {events.RAISED} Event on {name}", timeout=30)
         assert replica.stop() == 0
     # Nothing it tried was refused.
     refused = [r for r in replica.records() if "403" in json.dumps(r)]

@@ -14,10 +14,10 @@ from kubernetes import client
 from dispatch_k8s.core import wire
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args, start_queued
-from tests.integration.controller import admitted, other_teams_trainjob, replicas
+from tests.integration.controller import admitted, other_teams_trainjob, replicas, workload_of
 from tests.integration.history import History
-from tests.integration.lifecycle import TRAINER, Kubelet, read_trainjob, run_stage
-from tests.kueue_objects import KUEUE, KueueSetup
+from tests.integration.lifecycle import DEADLINE, TRAINER, Kubelet, read_trainjob, run_stage
+from tests.kueue_objects import KUEUE, KueueSetup, condition
 from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -196,3 +196,42 @@ def test_a_burst_of_100_with_preemptions_and_the_leader_killed_keeps_r_rising(
             if state == "Ready" and before != "Ready":
                 approvals[reserved] = approvals.get(reserved, 0) + 1
         assert all(count == 1 for count in approvals.values()), f"Workload {uid}: {approvals}"
+
+
+def test_a_trainjob_flagged_foreign_is_refused_once_with_a_warning_and_left_pending(
+    control_plane: Cluster,
+    api_client: client.ApiClient,
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    kueue: KueueSetup,
+    custom: client.CustomObjectsApi,
+    tmp_path: Path,
+) -> None:
+    """A person decides on a job the audit flagged: no raise, no approval, one Event."""
+    kueue.install(cpu="1")
+    name = start_queued(step, namespace, torch_runtime, kueue, "flagged").result["name"]
+    flag = {wire.FOREIGN_ANNOTATION: wire.FOREIGN, wire.FOREIGN_CAUSE_ANNOTATION: "a reset"}
+    custom.patch_namespaced_custom_object(
+        *TRAINER, namespace, "trainjobs", name, {"metadata": {"annotations": flag}}
+    )
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "only") as (only,):
+
+        def warned() -> list[Any] | None:
+            listed = client.CoreV1Api(api_client).list_namespaced_event(
+                namespace, field_selector=f"involvedObject.name={name}"
+            )
+            found = [e for e in listed.items if e.reason == "AdmissionRefused"]
+            return found or None
+
+        (event,) = wait_until(warned, what=f"the refusal Event on {name}", timeout=DEADLINE)
+        assert event.type == "Warning"
+        assert "foreign" in event.message
+        assert only.metric("dispatch_admission_refusals_total", 'reason="decision"') >= 1
+        assert only.metric("dispatch_admission_raises_total") == 0
+        assert only.metric("dispatch_admission_approvals_total", 'kind="dispatch"') == 0
+        pending = workload_of(custom, namespace, name)
+        assert check_message(pending, kueue.check) != "dispatch: admission count raised to 1"
+        assert condition(pending, "Admitted") != "True"
+        job = read_trainjob(custom, namespace, name)
+        assert job["metadata"]["annotations"][wire.ADMISSION_FLOOR_ANNOTATION] == "0"

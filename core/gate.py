@@ -44,8 +44,18 @@ def our_checks(workload_obj: Mapping[str, Any], checks: Collection[str]) -> list
 
 
 def is_dispatch_managed(job: Mapping[str, Any]) -> bool:
-    """A TrainJob `dispatch-start` made: the label the admission policies match on too."""
-    return shapes.labels_of(job).get(wire.MANAGED_BY_LABEL) == wire.MANAGED_BY
+    """A TrainJob `dispatch-start` made, by any of the marks it leaves.
+
+    The marks are the label, the A floor and this project's runtime patch. Any one suffices,
+    so a job that lost one of them (its label removed, say) is still raised for, never
+    approved with its A unchanged.
+    """
+    if shapes.labels_of(job).get(wire.MANAGED_BY_LABEL) == wire.MANAGED_BY:
+        return True
+    if wire.ADMISSION_FLOOR_ANNOTATION in shapes.annotations_of(job):
+        return True
+    patches = shapes.mappings(shapes.at(job, "spec").get("runtimePatches"))
+    return any(patch.get("manager") == wire.PATCH_MANAGER for patch in patches)
 
 
 def not_dispatch_message(workload_obj: Mapping[str, Any], owner: str | None) -> str:
@@ -53,7 +63,8 @@ def not_dispatch_message(workload_obj: Mapping[str, Any], owner: str | None) -> 
     what = f"TrainJob {owner}" if owner else "its job"
     return (
         f"dispatch: approved without raising an admission count: {what} is not a "
-        f"dispatch-managed TrainJob (no {wire.MANAGED_BY_LABEL}={wire.MANAGED_BY} label)"
+        f"dispatch-managed TrainJob (no {wire.MANAGED_BY_LABEL}={wire.MANAGED_BY} label, "
+        "admission floor or dispatch runtime patch)"
     )
 
 

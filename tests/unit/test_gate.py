@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from dispatch_k8s.core import gate, wire
 from dispatch_k8s.core.gate import Approve, RaiseFor
 from dispatch_k8s.core.trainjob import Refusal
@@ -39,8 +41,14 @@ def test_a_reservation_already_raised_for_is_approved_with_that_a_and_no_second_
     assert decision.reservation.record == record
 
 
+def other_teams_job() -> Any:
+    job = trainjob_dict(floor=None, patched=False)
+    job["spec"]["suspend"] = True
+    return job
+
+
 def test_a_workload_of_no_dispatch_trainjob_is_approved_with_nothing_raised() -> None:
-    for job in (None, trainjob_dict()):  # no TrainJob read; a TrainJob without our label
+    for job in (None, other_teams_job()):  # no TrainJob read; a TrainJob with no mark of ours
         decision = gate.decide_gate(workload_dict(), job, check=CHECK)
         assert isinstance(decision, Approve)
         assert decision.admission is None
@@ -107,3 +115,14 @@ def test_an_admission_check_with_parameters_is_inactive_with_a_reason() -> None:
     assert (condition["status"], condition["reason"]) == ("False", "ParametersNotSupported")
     assert "remove spec.parameters" in condition["message"]
     assert not gate.is_ours(admission_check(controllerName="kueue.x-k8s.io/provisioning"))
+
+
+@pytest.mark.parametrize("kept", ["label", "floor", "patch"])
+def test_a_dispatch_trainjob_that_lost_some_of_its_marks_is_still_raised_for(kept: str) -> None:
+    job = trainjob_dict(floor="1" if kept == "floor" else None, patched=kept == "patch")
+    job["spec"]["suspend"] = True
+    if kept == "label":
+        job["metadata"]["labels"] = {wire.MANAGED_BY_LABEL: wire.MANAGED_BY}
+    assert gate.is_dispatch_managed(job)
+    decision = gate.decide_gate(workload_dict(), job, check=CHECK)
+    assert not isinstance(decision, Approve), "never approved with A unchanged"

@@ -201,3 +201,26 @@ def run_step(step: str, *args: str, kubeconfig: Path, outputs: Path) -> StepRun:
         files={path.name: path.read_text() for path in sorted(outputs.iterdir())},
         stderr=done.stderr,
     )
+
+
+# What every authenticated user may do (discovery and self-reviews), not granted by us.
+EVERYONE: Final = frozenset(
+    {"selfsubjectaccessreviews", "selfsubjectrulesreviews", "selfsubjectreviews"}
+)
+
+
+def granted_by_the_server(api: client.ApiClient, namespace: str) -> set[Rule]:
+    """The account's own rules in `namespace`, as the server's SelfSubjectRulesReview says."""
+    review = client.AuthorizationV1Api(api).create_self_subject_rules_review(
+        client.V1SelfSubjectRulesReview(
+            spec=client.V1SelfSubjectRulesReviewSpec(namespace=namespace)
+        )
+    )
+    assert review.status is not None
+    rules = set()
+    for rule in review.status.resource_rules:
+        for group in rule.api_groups or []:
+            for resource in rule.resources or []:
+                if resource not in EVERYONE:
+                    rules |= {(group, resource, verb) for verb in rule.verbs}
+    return rules

@@ -25,16 +25,16 @@ from dispatch_k8s.core import events, wire
 from dispatch_k8s.core.settings import ControllerSettings, load_settings
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args, start_queued
-from tests.integration.controller import replicas
-from tests.integration.lifecycle import DEADLINE, read_trainjob
-from tests.kueue_objects import KueueSetup, condition
+from tests.integration.controller import admitted, replicas
+from tests.integration.lifecycle import read_trainjob
+from tests.kueue_objects import KueueSetup
 from tests.pipelines import cli, kube
 from tests.pipelines.controller_identity import (
     CONTROLLER,
     RBAC,
     SERVICE_ACCOUNT,
 )
-from tests.pipelines.identity import Rule, StepIdentity, shipped_grants
+from tests.pipelines.identity import StepIdentity, granted_by_the_server, shipped_grants
 from tests.shipped import Manifest, documents
 from tests.wait import wait_until
 
@@ -42,10 +42,6 @@ pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]
 SCRIPT: Final = cli.CONTROLLER
 TRAINER: Final = (wire.TRAINER_GROUP, wire.TRAINER_VERSION)
 KUEUE: Final = (wire.KUEUE_GROUP, wire.KUEUE_VERSION)
-# What every authenticated user may do (self-reviews), not granted by us.
-EVERYONE: Final = frozenset(
-    {"selfsubjectaccessreviews", "selfsubjectrulesreviews", "selfsubjectreviews"}
-)
 DOCUMENTS: Final = [
     (path, document) for path in sorted(CONTROLLER.glob("*.yaml")) for document in documents(path)
 ]
@@ -159,16 +155,6 @@ def test_the_deployment_command_parses_into_the_lease_the_role_names() -> None:
 # --- the identity -------------------------------------------------------------------------
 
 
-def workload_of(custom: client.CustomObjectsApi, namespace: str, trainjob: str) -> Manifest | None:
-    """The Workload Kueue made for a TrainJob, None before there is one."""
-    listed = custom.list_namespaced_custom_object(*KUEUE, namespace, "workloads")
-    assert isinstance(listed, dict)
-    for item in listed["items"]:
-        if any(o["name"] == trainjob for o in item["metadata"].get("ownerReferences") or []):
-            return dict(item)
-    return None
-
-
 def test_the_shipped_identity_runs_the_controller(
     controller_identity: StepIdentity,
     control_plane: Cluster,
@@ -183,12 +169,7 @@ def test_the_shipped_identity_runs_the_controller(
     kueue.install(cpu="1")
     name = start_queued(step, namespace, torch_runtime, kueue, "rbac").result["name"]
     with replicas(controller_identity.kubeconfig, namespace, tmp_path, "sa") as (replica,):
-
-        def admitted() -> Manifest | None:
-            current = workload_of(custom, namespace, name)
-            return current if current and condition(current, "Admitted") == "True" else None
-
-        workload = wait_until(admitted, what=f"Kueue to admit {name}", timeout=DEADLINE)
+        workload = admitted(custom, namespace, name)
         states = {s["name"]: s for s in workload["status"]["admissionChecks"]}
         assert states[kueue.check]["state"] == "Ready"
         assert states[kueue.check]["message"] == "dispatch: admission count raised to 1"
@@ -222,23 +203,6 @@ def test_the_shipped_identity_runs_the_controller(
     refused = [r for r in replica.records() if "403" in json.dumps(r)]
     assert refused == []
     assert any(r["message"] == "released the leader Lease" for r in replica.records())
-
-
-def granted_by_the_server(api: client.ApiClient, namespace: str) -> set[Rule]:
-    """The account's own rules in `namespace`, as the server's SelfSubjectRulesReview says."""
-    review = client.AuthorizationV1Api(api).create_self_subject_rules_review(
-        client.V1SelfSubjectRulesReview(
-            spec=client.V1SelfSubjectRulesReviewSpec(namespace=namespace)
-        )
-    )
-    assert review.status is not None
-    rules = set()
-    for rule in review.status.resource_rules:
-        for group in rule.api_groups or []:
-            for resource in rule.resources or []:
-                if resource not in EVERYONE:
-                    rules |= {(group, resource, verb) for verb in rule.verbs}
-    return rules
 
 
 def lease(name: str) -> client.V1Lease:

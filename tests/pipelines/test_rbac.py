@@ -29,6 +29,7 @@ from tests.pipelines.identity import (
     Rule,
     StepIdentity,
     StepRun,
+    granted_by_the_server,
     install_identity,
     run_step,
     shipped_grants,
@@ -43,10 +44,6 @@ KUEUE: Final = (wire.KUEUE_GROUP, wire.KUEUE_VERSION)
 JOBSET: Final = (wire.JOBSET_GROUP, wire.JOBSET_VERSION)
 FORBIDDEN: Final = 5
 ADMIT_WAIT: Final = "120"  # seconds; five Go controllers share two cores with the tests
-# What every authenticated user may do (discovery and self-reviews), not granted by us.
-EVERYONE: Final = frozenset(
-    {"selfsubjectaccessreviews", "selfsubjectrulesreviews", "selfsubjectreviews"}
-)
 
 
 def declared_outputs(script: str) -> dict[str, set[str]]:
@@ -193,23 +190,6 @@ def test_the_shipped_identity_runs_every_step(
         return job["spec"].get("suspend") is False or None
 
     wait_until(unsuspended_by_kueue, what=f"Kueue to admit and unsuspend {name}", timeout=120)
-
-
-def granted_by_the_server(api: client.ApiClient, namespace: str) -> set[Rule]:
-    """The account's own rules in `namespace`, as the server's SelfSubjectRulesReview says."""
-    review = client.AuthorizationV1Api(api).create_self_subject_rules_review(
-        client.V1SelfSubjectRulesReview(
-            spec=client.V1SelfSubjectRulesReviewSpec(namespace=namespace)
-        )
-    )
-    assert review.status is not None
-    rules = set()
-    for rule in review.status.resource_rules:
-        for group in rule.api_groups or []:
-            for resource in rule.resources or []:
-                if resource not in EVERYONE:
-                    rules |= {(group, resource, verb) for verb in rule.verbs}
-    return rules
 
 
 def test_the_identity_can_do_nothing_more(

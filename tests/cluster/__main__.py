@@ -20,6 +20,7 @@ from pathlib import Path
 from types import FrameType
 
 from tests.cluster.harness import ControlPlane, ControlPlaneError
+from tests.images import engine
 
 # How often the idle loop checks that every component is still running.
 WATCH_SECONDS = 2.0
@@ -55,7 +56,6 @@ def _install_node_runtime(plane: ControlPlane) -> None:
 
 def _step_image_on_node(plane: ControlPlane) -> str:
     """The step image, built with images/build.sh and imported into the node."""
-    from tests.images import engine
 
     tag = engine.build_step_image()
     assert plane.node is not None
@@ -103,6 +103,9 @@ def up(
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
     plane = ControlPlane(directory, progress=_say, node=node)
+    # The node imports its images through a Docker engine, which the plane starts if none
+    # answers: one started for this run is stopped with it.
+    engine_started = node and not engine.engine_ready()
     _say(f"starting the control plane in {directory} (logs in {directory / 'logs'})")
     idle = threading.Event()  # never set: waiting on it is an interruptible sleep
     try:
@@ -129,6 +132,8 @@ def up(
         return 1
     finally:
         plane.stop()
+        if engine_started:
+            engine.stop_ours()
     return 0
 
 

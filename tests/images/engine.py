@@ -17,9 +17,11 @@ runs it); the pytest fixtures call the same functions, which return at once when
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -97,8 +99,9 @@ def engine_ready() -> bool:
 def ensure_engine() -> None:
     """Start Debian's dockerd (no bridge, no iptables) unless an engine already answers.
 
-    The daemon is left running for later runs: starting it again costs seconds, and it
-    holds nothing but the test images.
+    The daemon outlives this process, so later runs reuse it; `.ci/run` and
+    `python -m tests.cluster up` stop the one they started (`stop_ours`), and
+    `python -m tests.images.engine stop` stops it by hand.
     """
     if engine_ready():
         return
@@ -324,10 +327,48 @@ def prepare() -> None:
     ensure_no_shell_image()
 
 
+def _ended(pid: int) -> bool:
+    """Whether process `pid` has exited (reaped here if it is this process's child)."""
+    with contextlib.suppress(ChildProcessError):  # not ours to reap: its parent (or init) does
+        os.waitpid(pid, os.WNOHANG)
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state == "Z"
+
+
+def stop_ours() -> None:
+    """Stop the dockerd `ensure_engine` started (data root ours), and remove the mounts it
+    leaves (its network namespace, its data root): the host as it was before it ran."""
+    data_root = cache_dir() / "docker"
+    found = subprocess.run(
+        ["pgrep", "-f", f"^{shutil.which('dockerd') or 'dockerd'} .*--data-root={data_root}$"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    for pid in found.stdout.split():
+        os.kill(int(pid), signal.SIGTERM)
+        wait_until(
+            lambda pid=int(pid): _ended(pid) or None,  # type: ignore[misc]
+            what=f"dockerd {pid} to stop",
+            timeout=ENGINE_START_TIMEOUT,
+        )
+        _say(f"stopped dockerd {pid}")
+    mounted = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    for point in ("/run/docker/netns/default", str(data_root)):
+        if found.stdout.split() and point in mounted:
+            subprocess.run(["umount", point], check=False)
+
+
 def main(argv: list[str]) -> int:
-    """`prepare`: start the engine and make the base images."""
+    """`prepare`: start the engine and make the base images; `stop`: stop the engine again."""
+    if argv == ["stop"]:
+        stop_ours()
+        return 0
     if argv != ["prepare"]:
-        sys.stderr.write("usage: python -m tests.images.engine prepare\n")
+        sys.stderr.write("usage: python -m tests.images.engine prepare|stop\n")
         return 2
     try:
         prepare()

@@ -303,15 +303,19 @@ class Gateway:
         path = _custom_path(wire.TRAINER_GROUP, wire.TRAINER_VERSION, namespace, TRAINJOBS, name)
         return self._get(path, what=f"TrainJob {namespace}/{name}")
 
-    def create_trainjob(self, trainjob: Mapping[str, Any]) -> dict[str, Any] | None:
-        """POST a TrainJob; None when one of that name already exists."""
+    def find_trainjob(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """GET one TrainJob; None when there is none."""
+        try:
+            return self.read_trainjob(namespace, name)
+        except NotFound:
+            return None
+
+    def _create(self, path: str, body: Mapping[str, Any], *, what: str) -> dict[str, Any] | None:
+        """POST `body`; None when an object of that name already exists."""
         from kubernetes.client.exceptions import ApiException
 
-        meta = trainjob["metadata"]
-        what = f"TrainJob {meta['namespace']}/{meta['name']}"
-        path = _custom_path(wire.TRAINER_GROUP, wire.TRAINER_VERSION, meta["namespace"], TRAINJOBS)
         try:
-            return self._write("POST", path, dict(trainjob), what=what)
+            return self._write("POST", path, dict(body), what=what)
         except PreconditionFailed as e:
             cause = e.__cause__
             if (
@@ -321,6 +325,29 @@ class Gateway:
             ):
                 return None
             raise
+
+    def create_trainjob(self, trainjob: Mapping[str, Any]) -> dict[str, Any] | None:
+        """POST a TrainJob; None when one of that name already exists."""
+        meta = trainjob["metadata"]
+        what = f"TrainJob {meta['namespace']}/{meta['name']}"
+        path = _custom_path(wire.TRAINER_GROUP, wire.TRAINER_VERSION, meta["namespace"], TRAINJOBS)
+        return self._create(path, trainjob, what=what)
+
+    # ConfigMaps (the ledger, core/ledger.py)
+
+    def find_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """GET one ConfigMap; None when there is none."""
+        path = _custom_path("", "v1", namespace, "configmaps", name)
+        try:
+            return self._get(path, what=f"ConfigMap {namespace}/{name}")
+        except NotFound:
+            return None
+
+    def create_config_map(self, config_map: Mapping[str, Any]) -> dict[str, Any] | None:
+        """POST a ConfigMap; None when one of that name already exists."""
+        meta = config_map["metadata"]
+        path = _custom_path("", "v1", meta["namespace"], "configmaps")
+        return self._create(path, config_map, what=f"ConfigMap {meta['namespace']}/{meta['name']}")
 
     def update_trainjob(self, trainjob: Mapping[str, Any], resource_version: str) -> dict[str, Any]:
         """PUT the TrainJob only if the server still holds `resource_version` (else 409)."""

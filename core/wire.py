@@ -42,6 +42,14 @@ RUNTIME_SEEN_ANNOTATION: Final = f"{DOMAIN}/runtime"
 # by every waivable mechanism ("true"), or by the mechanisms listed in the second.
 ALLOW_RANK_RESTART_ANNOTATION: Final = f"{DOMAIN}/allow-rank-restart"
 ALLOW_RESTARTS_ANNOTATION: Final = f"{DOMAIN}/allow-restarts"
+# The ledger: ConfigMaps that outlive the TrainJob and keep which identities (JobID, G, N)
+# were started in a namespace, so a TrainJob deleted and made again cannot begin at A = 0.
+# The label says which record it is: the claim (made before the TrainJob) or the record that
+# the TrainJob was created (made after it, with its UID). pipelines/policies/ledger.yaml
+# matches on it.
+LEDGER_LABEL: Final = f"{DOMAIN}/ledger"
+LEDGER_CLAIM: Final = "claim"
+LEDGER_CREATED: Final = "created"
 # Manager of this project's entry in spec.runtimePatches.
 PATCH_MANAGER: Final = f"{DOMAIN}/adapter"
 

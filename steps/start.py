@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from loguru import logger
 
-from dispatch_k8s.core import output, runtime, trainjob
-from dispatch_k8s.core.errors import BadInput, Refused
+from dispatch_k8s.core import ledger, output, runtime, trainjob, wire
+from dispatch_k8s.core.errors import BadInput, PreconditionFailed, Refused
 from dispatch_k8s.core.gateway import Gateway
 from dispatch_k8s.core.request import StartRequest
 from dispatch_k8s.core.settings import StartSettings, read_document
+
+# Three creates at most (claim, TrainJob, record), then done: more rounds mean records are
+# being deleted as start makes them.
+ROUNDS: Final = 4
 
 
 def _runtime_from_file(settings: StartSettings) -> tuple[StartRequest, dict[str, Any]]:
@@ -55,12 +59,52 @@ def _check_queued(request: StartRequest, runtime_object: Mapping[str, Any]) -> N
     )
 
 
-def _same_request(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
-    return trainjob.recorded_identity(existing) == trainjob.recorded_identity(wanted)
+def _create(gateway: Gateway, wanted: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
+    """Claim the identity, create the TrainJob, record it: each create once, as decided.
+
+    Reads come in the order of the creates, so a start running beside another one sees a
+    prefix of its creates and carries on from there (core/ledger.py). A create that finds its
+    object already made (by that other start) reads it and decides again.
+    """
+    meta = wanted["metadata"]
+    namespace = meta["namespace"]
+    log = logger.bind(namespace=namespace, trainjob=meta["name"])
+    claim = gateway.find_config_map(namespace, ledger.claim_name(wanted))
+    created = gateway.find_config_map(namespace, ledger.created_name(wanted))
+    job = gateway.find_trainjob(namespace, meta["name"])
+    outcome = "exists"
+    for _ in range(ROUNDS):
+        action = ledger.decide_start(wanted, claim=claim, created=created, trainjob=job)
+        if isinstance(action, trainjob.Refusal):
+            raise Refused(action.reason)
+        if isinstance(action, ledger.Done):
+            if outcome == "exists":
+                log.info("TrainJob exists with the same request: nothing to do")
+            return action.trainjob, outcome
+        if isinstance(action, ledger.CreateTrainJob):
+            job = gateway.create_trainjob(wanted)
+            if job is None:
+                job = gateway.find_trainjob(namespace, meta["name"])
+            else:
+                log.info("created TrainJob")
+                outcome = "created"
+            continue
+        record = action.body
+        name = record["metadata"]["name"]
+        written = gateway.create_config_map(record) or gateway.find_config_map(namespace, name)
+        log.bind(record=name).info("ledger record written")
+        if record["metadata"]["labels"][wire.LEDGER_LABEL] == wire.LEDGER_CLAIM:
+            claim = written
+        else:
+            created = written
+    raise PreconditionFailed(
+        f"the ledger records of TrainJob {namespace}/{meta['name']} kept changing under start "
+        "(deleted as it wrote them): run it again"
+    )
 
 
 def run(settings: StartSettings) -> output.Result:
-    """Read the runtime, decide, create the TrainJob once, report."""
+    """Read the runtime, decide, claim the identity, create the TrainJob once, report."""
     if settings.dry_run:
         request, runtime_object = _runtime_from_file(settings)
         _check_queued(request, runtime_object)
@@ -74,20 +118,7 @@ def run(settings: StartSettings) -> output.Result:
     wanted = trainjob.build_trainjob(
         request, trainer_job=_trainer_job(request, runtime_object), runtime=runtime_object
     )
-    log = logger.bind(namespace=request.namespace, trainjob=request.trainjob_name)
-    created = gateway.create_trainjob(wanted)
-    if created is None:
-        existing = gateway.read_trainjob(request.namespace, request.trainjob_name)
-        if not _same_request(existing, wanted):
-            raise Refused(
-                f"TrainJob {request.namespace}/{request.trainjob_name} exists with another "
-                f"identity or request: recorded {trainjob.recorded_identity(existing)}"
-            )
-        log.info("TrainJob exists with the same request: nothing to do")
-        created, outcome = existing, "exists"
-    else:
-        log.info("created TrainJob")
-        outcome = "created"
+    created, outcome = _create(gateway, wanted)
     meta = created["metadata"]
     return {
         "name": meta["name"],
@@ -102,7 +133,7 @@ def run(settings: StartSettings) -> output.Result:
 
 ABOUT = (
     "Validate the runtime, build the TrainJob (suspended, its command wrapped in the prologue)\n"
-    "and create it once; the same request again is a no-op, another one on its name is refused."
+    "and create it once; the same request again is a no-op, another or a spent identity refused."
 )
 EXAMPLE = """\
 dispatch-start --namespace team-a --runtime-name dispatch-torch-distributed --job-id train-42 \\

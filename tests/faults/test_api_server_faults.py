@@ -272,6 +272,36 @@ def test_a_write_whose_answer_is_lost_is_75_and_a_rerun_finds_it_done(
     assert content(read_trainjob(custom, namespace, name)) == content(job), "no second raise"
 
 
+def test_a_start_whose_claim_answer_is_lost_is_75_and_a_rerun_creates_the_trainjob(
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    plane: ControlPlane,
+    custom: client.CustomObjectsApi,
+    tmp_path: Path,
+) -> None:
+    """start's first write is the ledger's claim of the identity: its answer lost, nothing
+    else is sent; the claim without the record that a TrainJob was created lets the same
+    request go on, so the rerun creates the TrainJob (core/ledger.py)."""
+    request = start_args(namespace, torch_runtime, "lost-claim")
+    pki = plane.run_dir / "pki"
+    with dropping_a_write(plane.kubeconfig, pki, tmp_path, forward_write=True) as (
+        proxy,
+        kubeconfig,
+    ):
+        lost = run_step("start", *request, kubeconfig=kubeconfig)
+    assert proxy.dropped.is_set(), "the write went through the proxy"
+    assert lost.code == 75, lost.error
+    assert "ConfigMap" in lost.error, "the claim is the first write"
+    listed = custom.list_namespaced_custom_object(
+        wire.TRAINER_GROUP, wire.TRAINER_VERSION, namespace, "trainjobs"
+    )
+    assert isinstance(listed, dict)
+    assert listed["items"] == [], "no TrainJob before its claim is answered"
+    rerun = step("start", *request)
+    assert (rerun.code, rerun.result["outcome"]) == (0, "created"), rerun.error
+
+
 @pytest.mark.parametrize(
     ("fault", "code", "bound"),
     [

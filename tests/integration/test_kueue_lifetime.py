@@ -13,7 +13,7 @@ from kubernetes import client
 
 from dispatch_k8s.core import wire
 from tests.conftest import Cluster
-from tests.integration.conftest import Step, blocked_admission, start_queued
+from tests.integration.conftest import Step, blocked_admission, start_args, start_queued
 from tests.integration.lifecycle import (
     BIN,
     DEADLINE,
@@ -204,16 +204,16 @@ def test_approve_while_kueue_is_down_is_exit_75_and_a_rerun_approves(
     kubelet.wait_for_pod(name, restart=0, admission=1)  # Kueue admits and opens it
 
 
-def test_a_deleted_trainjob_started_again_begins_at_a_0(
+def test_a_deleted_trainjob_started_again_is_refused_and_a_new_submission_starts(
     step: Step,
     namespace: str,
     torch_runtime: str,
     kueue: KueueSetup,
     custom: client.CustomObjectsApi,
 ) -> None:
-    """What the README tells a dispatcher: nothing outlives a deleted TrainJob, so the same
-    identity started again begins at A = 0, and its epochs and attempts would repeat: send a
-    new submission N (and attempt) instead."""
+    """Deleting the TrainJob deletes its JobSet and Workload (and Kueue's
+    objectRetentionPolicies may delete a finished one), but not the ledger: the same identity
+    started again would begin at A = 0 and repeat its epochs, so it is refused; a new N starts."""
     kueue.install(cpu="1")
     first = start_queued(step, namespace, torch_runtime, kueue, "again")
     name = first.result["name"]
@@ -228,11 +228,16 @@ def test_a_deleted_trainjob_started_again_begins_at_a_0(
         return None
 
     wait_until(gone, what=f"TrainJob {name} to be deleted", timeout=DEADLINE)
-    again = start_queued(step, namespace, torch_runtime, kueue, "again")
-    assert (again.result["name"], again.result["outcome"]) == (name, "created")
-    job = custom.get_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name)
-    assert isinstance(job, dict)
-    assert job["metadata"]["annotations"][wire.ADMISSION_FLOOR_ANNOTATION] == "0"
+    flags = start_args(namespace, torch_runtime, "again", **kueue.queued_request())
+    again = step("start", *flags)
+    assert again.code == 6, again.error
+    assert "new submission number N" in again.error
+    assert gone(), "nothing created"
+    renewed = step("start", *[f.replace("--submission=7", "--submission=8") for f in flags])
+    assert (renewed.code, renewed.result["outcome"]) == (0, "created"), renewed.error
+    admitted = admit_and_approve(step, namespace, renewed.result["name"], kueue.check)
+    assert admitted.result["admission"] == 1
+    assert int(renewed.result["epochPrefix"]) > int(first.result["epochPrefix"])
 
 
 def test_a_workload_kueue_replaces_after_a_runtime_patch_is_gated_afresh(

@@ -220,6 +220,12 @@ def test_the_identity_can_do_nothing_more(
             "read a Secret": lambda: core.read_namespaced_secret("any", namespace),
             "list Secrets": lambda: core.list_namespaced_secret(namespace),
             "read ConfigMaps": lambda: core.list_namespaced_config_map(namespace),
+            "delete a ConfigMap (the ledger)": lambda: core.delete_namespaced_config_map(
+                "any", namespace
+            ),
+            "change a ConfigMap (the ledger)": lambda: core.patch_namespaced_config_map(
+                "any", namespace, {"metadata": {"labels": {"x": "y"}}}
+            ),
             "create a pod": lambda: core.create_namespaced_pod(namespace, pod),
             "delete the JobSet": lambda: custom.delete_namespaced_custom_object(
                 *JOBSET, namespace, "jobsets", name
@@ -319,6 +325,9 @@ NEEDED_BY: Final[dict[Rule, Callable[[Without], StepRun]]] = {
     (K, "workloads/status", "patch"): Without.approve_a_reservation,
     ("", "pods", "list"): lambda w: w.steps.as_identity("audit", *w.steps.admin_start("pods")),
     ("batch", "jobs", "list"): lambda w: w.steps.as_identity("audit", *w.steps.admin_start("jobs")),
+    # start reads the ledger before anything else it writes, then claims the identity in it.
+    ("", "configmaps", "get"): lambda w: w.start("ledger-get"),
+    ("", "configmaps", "create"): lambda w: w.start("ledger-create"),
 }
 
 

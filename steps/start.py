@@ -1,4 +1,4 @@
-"""`dispatch-start`: validate the runtime, build the suspended TrainJob, create it once."""
+"""`dispatch-start`: validate the runtime, build the suspended TrainJob, create it once (ledger)."""
 
 from __future__ import annotations
 
@@ -91,8 +91,11 @@ def _create(gateway: Gateway, wanted: Mapping[str, Any]) -> tuple[Mapping[str, A
             continue
         record = action.body
         name = record["metadata"]["name"]
-        written = gateway.create_config_map(record) or gateway.find_config_map(namespace, name)
-        log.bind(record=name).info("ledger record written")
+        written = gateway.create_config_map(record)
+        if written is None:  # another start made it: decide on what it made
+            written = gateway.find_config_map(namespace, name)
+        else:
+            log.bind(record=name).info("ledger record created")
         if record["metadata"]["labels"][wire.LEDGER_LABEL] == wire.LEDGER_CLAIM:
             claim = written
         else:

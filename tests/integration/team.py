@@ -1,5 +1,6 @@
 """A team member: a ServiceAccount with the ordinary edit rights on a namespace's training
-objects (TrainJobs, JobSets, Jobs, pods, Workloads), not cluster-admin. Bypasses are tried as
+objects (TrainJobs, JobSets, Jobs, pods, Workloads) and ConfigMaps (where the steps keep their
+ledger), as the built-in `edit` role has them, not cluster-admin. Bypasses are tried as
 this identity, as a person with kubectl would try them."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ RULES: Final = [
     ("batch", ["jobs"]),
     ("", ["pods"]),
     ("kueue.x-k8s.io", ["workloads"]),
+    ("", ["configmaps"]),
 ]
 
 

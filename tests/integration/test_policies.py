@@ -7,10 +7,8 @@ the edit is refused with its rule; with neither, the audit flags the execution t
 
 from __future__ import annotations
 
-import contextlib
 import copy
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Final
 
 import pytest
@@ -18,7 +16,6 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core import wire
-from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args, start_queued, wait_suspended
 from tests.integration.lifecycle import (
     DEADLINE,
@@ -32,7 +29,6 @@ from tests.integration.lifecycle import (
     run_stage,
     wait_for_drained_jobset,
 )
-from tests.integration.team import team_member
 from tests.kueue_objects import KUEUE, KueueSetup, condition
 from tests.policies import message
 from tests.requests import trainjob_body
@@ -40,18 +36,6 @@ from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration
 OPEN: Final = {"spec": {"suspend": False}}
-
-
-@pytest.fixture
-def member(
-    api_client: client.ApiClient, namespace: str, control_plane: Cluster, tmp_path: Path
-) -> Iterator[client.ApiClient]:
-    """The team member's API client in the test's namespace."""
-    api = team_member(
-        api_client, namespace, admin_kubeconfig=control_plane.kubeconfig, work=tmp_path
-    )
-    with contextlib.closing(api):
-        yield api
 
 
 def opened(step: Step, kubelet: Kubelet, namespace: str, runtime: str, job_id: str) -> str:

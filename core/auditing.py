@@ -12,7 +12,7 @@ from typing import Any
 
 from loguru import logger
 
-from dispatch_k8s.core import audit, events, trainjob, wire
+from dispatch_k8s.core import audit, events, ownership, trainjob, wire
 from dispatch_k8s.core.gateway import Gateway
 
 
@@ -43,10 +43,15 @@ def audit_trainjob(gateway: Gateway, namespace: str, name: str, *, step: str) ->
     runtime = gateway.find_runtime(
         str(ref.get("kind", "ClusterTrainingRuntime")), str(ref.get("name")), namespace
     )
-    selector = f"{wire.JOBSET_NAME_KEY}={name}"
-    jobs = gateway.list_jobs(namespace, selector)
-    pods = gateway.list_pods(namespace, selector)
-    findings, observed = audit.decide_audit(job, jobset, pods=pods, runtime_now=runtime, jobs=jobs)
+    # Every Job and pod of the namespace, each kept if the TrainJob owns it: by label, by owner
+    # reference or by the trainer it runs (core.ownership), as a removed label cannot hide it.
+    lineage = ownership.lineage_of(job, jobset)
+    jobs = [child for child in gateway.list_jobs(namespace) if lineage.claims_job(child)]
+    job_audit = audit.JobAudit(job, jobset, runtime_now=runtime, jobs=jobs)
+    for pod in gateway.list_pods(namespace):
+        if job_audit.claims(pod):
+            job_audit.see(pod)
+    findings, observed = job_audit.result(jobset_after=gateway.read_jobset(namespace, name))
     changes = audit.decide_annotations(job, findings, jobset=jobset, observed=observed)
     version: str = job["metadata"]["resourceVersion"]
     if changes:

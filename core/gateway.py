@@ -549,18 +549,20 @@ class Gateway:
 
     # Jobs
 
-    def list_jobs(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
-        """LIST batch/v1 Jobs (a JobSet's child Jobs are few: one request)."""
+    def list_jobs(self, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        """LIST batch/v1 Jobs, all of the namespace without a selector (one request)."""
         listed = self._get(
             _custom_path("batch", "v1", namespace, "jobs"),
-            query=[("labelSelector", label_selector)],
-            what=f"Jobs {namespace} ({label_selector})",
+            query=[("labelSelector", label_selector)] if label_selector else [],
+            what=f"Jobs {namespace} ({label_selector or 'all'})",
         )
         return list(listed.get("items") or [])
 
     # Pods
 
-    def list_pods(self, namespace: str, label_selector: str) -> Iterator[dict[str, Any]]:
+    def list_pods(
+        self, namespace: str, label_selector: str | None = None
+    ) -> Iterator[dict[str, Any]]:
         """LIST pods page by page (kubectl's page size), so a large JobSet never loads at once.
 
         Each page's body is decoded one pod at a time (`iter_list_items`), and each pod is
@@ -570,13 +572,12 @@ class Gateway:
         finished pods too (their J, their slot), so none would be exact.
         """
         path = _custom_path("", "v1", namespace, "pods")
-        what = f"pods {namespace} ({label_selector})"
+        what = f"pods {namespace} ({label_selector or 'all'})"
         token: str | None = None
         while True:
-            query: list[tuple[str, str | int | bool]] = [
-                ("labelSelector", label_selector),
-                ("limit", PAGE_SIZE),
-            ]
+            query: list[tuple[str, str | int | bool]] = [("limit", PAGE_SIZE)]
+            if label_selector:
+                query.append(("labelSelector", label_selector))
             if token:
                 query.append(("continue", token))
             text = _call(functools.partial(self._text, "GET", path, query=query), what=what)

@@ -358,6 +358,11 @@ class Gateway:
         except NotFound:
             return None
 
+    def list_jobsets(self, namespace: str) -> Iterator[dict[str, Any]]:
+        """LIST the namespace's JobSets page by page."""
+        path = _custom_path(wire.JOBSET_GROUP, wire.JOBSET_VERSION, namespace, JOBSETS)
+        return self._pages(path, "JobSets", namespace, None)
+
     def poll(
         self, read: Callable[[], T], done: Callable[[T], bool], *, timeout: float, what: str
     ) -> T:
@@ -571,8 +576,21 @@ class Gateway:
         whole page's freed objects. No field selector narrows the list: the audit reads
         finished pods too (their J, their slot), so none would be exact.
         """
-        path = _custom_path("", "v1", namespace, "pods")
-        what = f"pods {namespace} ({label_selector or 'all'})"
+        return self._pages(
+            _custom_path("", "v1", namespace, "pods"), "pods", namespace, label_selector
+        )
+
+    def list_trainjobs(
+        self, namespace: str, label_selector: str | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """LIST the namespace's TrainJobs page by page."""
+        path = _custom_path(wire.TRAINER_GROUP, wire.TRAINER_VERSION, namespace, "trainjobs")
+        return self._pages(path, "TrainJobs", namespace, label_selector)
+
+    def _pages(
+        self, path: str, kind: str, namespace: str, label_selector: str | None
+    ) -> Iterator[dict[str, Any]]:
+        what = f"{kind} {namespace} ({label_selector or 'all'})"
         token: str | None = None
         while True:
             query: list[tuple[str, str | int | bool]] = [("limit", PAGE_SIZE)]

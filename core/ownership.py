@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from dispatch_k8s.core import shapes, wire
 
 BATCH_CONTROLLER_UID_KEY = "batch.kubernetes.io/controller-uid"  # the Job controller's pod label
+T = TypeVar("T")
 
 
 def token_prefix_in(env: Any) -> str | None:
@@ -90,3 +91,41 @@ def lineage_of(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None) ->
         jobset_uid=uid if isinstance(uid, str) and uid else None,
         token=token_prefix_in(shapes.at(trainjob, "spec", "trainer").get("env")),
     )
+
+
+class Claims(Generic[T]):
+    """Which of a namespace's TrainJobs own each Job and pod, by the same marks as `Lineage`.
+
+    One lookup per mark instead of asking every TrainJob about every object: a namespace of a
+    thousand jobs is audited in one pass over its pods.
+    """
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, T] = {}
+        self._by_uid: dict[str, T] = {}  # JobSet UIDs for Jobs, Job UIDs for pods
+        self._by_token: dict[str, T] = {}
+
+    def add(self, lineage: Lineage, owner: T, *, uids: Iterable[str]) -> None:
+        """`owner` claims what `lineage` names, and the objects owned by any of `uids`."""
+        self._by_name[lineage.name] = owner
+        for uid in uids:
+            self._by_uid[uid] = owner
+        if lineage.token is not None:
+            self._by_token[lineage.token] = owner
+
+    def owners_of_job(self, job: Mapping[str, Any]) -> list[T]:
+        """The owners that claim a Job."""
+        template = shapes.at(job, "spec", "template", "spec")
+        return self._owners(job, owner_uids(job), pod_token(template))
+
+    def owners_of_pod(self, pod: Mapping[str, Any]) -> list[T]:
+        """The owners that claim a pod."""
+        uids = owner_uids(pod) | {shapes.labels_of(pod).get(BATCH_CONTROLLER_UID_KEY)} - {None}
+        return self._owners(pod, frozenset(str(uid) for uid in uids), pod_token(pod.get("spec")))
+
+    def _owners(self, obj: Mapping[str, Any], uids: frozenset[str], token: str | None) -> list[T]:
+        found = [self._by_name.get(str(shapes.labels_of(obj).get(wire.JOBSET_NAME_KEY)))]
+        found += [self._by_uid.get(uid) for uid in uids]
+        found.append(self._by_token.get(token) if token is not None else None)
+        unique: dict[int, T] = {id(owner): owner for owner in found if owner is not None}
+        return list(unique.values())

@@ -34,8 +34,8 @@ def run(settings: TrainJobSettings) -> output.Result:
 
 
 ABOUT = (
-    "Plain mode hold: set spec.suspend true and record the JobSet's J in one update, on the\n"
-    "TrainJob as read; a job already held is left as it is (exit 0), one queued through Kueue refused."
+    "Plain mode hold: suspend the TrainJob and record its JobSet's J in one update, on the job\n"
+    "as read; a job already held is left as it is (exit 0), one queued through Kueue refused."
 )
 EXAMPLE = """\
 dispatch-hold --kubeconfig ~/.kube/config --namespace team-a --name train-42-3f9c1a2b

@@ -299,6 +299,9 @@ NEEDED_BY: Final[dict[Rule, Callable[[Without], StepRun]]] = {
     (T, "trainjobs", "get"): lambda w: w.steps.as_identity("hold", *w.steps.admin_start("get")),
     (T, "trainjobs", "create"): lambda w: w.start("create"),
     (T, "trainjobs", "update"): lambda w: w.steps.as_identity("hold", *w.opened("update")),
+    (T, "trainjobs", "list"): lambda w: w.steps.as_identity(
+        "audit", "--namespace", w.steps.namespace, "--all"
+    ),
     (T, "trainingruntimes", "get"): lambda w: w.steps.as_identity(
         "start",
         *start_args(w.steps.namespace, namespaced_runtime(w.api, w.steps.namespace), "local"),
@@ -307,6 +310,9 @@ NEEDED_BY: Final[dict[Rule, Callable[[Without], StepRun]]] = {
     ),
     (T, "clustertrainingruntimes", "get"): lambda w: w.start("cluster"),
     (J, "jobsets", "get"): lambda w: w.steps.as_identity("unsuspend", *w.steps.admin_start("js")),
+    (J, "jobsets", "list"): lambda w: w.steps.as_identity(
+        "audit", "--namespace", w.steps.namespace, "--all"
+    ),
     (K, "workloads", "list"): lambda w: w.steps.as_identity("admit", *w.steps.admin_start("list")),
     (K, "workloads", "watch"): lambda w: w.steps.as_identity(
         "admit", *w.steps.admin_start("watch"), "--wait", "--timeout", "5"

@@ -14,6 +14,8 @@ import pytest
 
 from dispatch_k8s.core import ownership
 from dispatch_k8s.core.audit import Finding, FindingKind, JobAudit, decide_audit
+from dispatch_k8s.core.errors import BadInput
+from dispatch_k8s.core.settings import AuditSettings, load_settings
 from dispatch_k8s.core.wire import (
     ADMISSION_ANNOTATION,
     ANCESTOR_LABEL,
@@ -281,3 +283,33 @@ def test_the_highest_restart_record_is_read_from_the_trainjob() -> None:
     job = trainjob()
     job["metadata"]["annotations"][HIGHEST_RESTART_ANNOTATION] = "garbage"
     assert audit(job, jobset(), [trainer_pod()], (child_job(),)) == ()
+
+
+# --- many TrainJobs at once: which audit each Job and pod goes to ------------------------------
+
+
+def test_claims_route_each_object_to_the_trainjobs_that_own_it_once() -> None:
+    claims: ownership.Claims[str] = ownership.Claims()
+    ours = ownership.lineage_of(trainjob(), jobset()).with_jobs([child_job()])
+    claims.add(ours, "ours", uids=ours.job_uids)
+    other = ownership.Lineage(name="other", jobset_uid="other-js", token="other.1.1")
+    claims.add(other, "other", uids=["other-job"])
+    pod = trainer_pod()
+    assert claims.owners_of_pod(pod) == ["ours"], "three marks, one owner, named once"
+    del pod["metadata"]["labels"][JOBSET_NAME_KEY]
+    del pod["metadata"]["ownerReferences"]
+    assert claims.owners_of_pod(pod) == ["ours"], "by the trainer's token alone"
+    by_job = pod_dict()
+    by_job["metadata"]["labels"] = {ownership.BATCH_CONTROLLER_UID_KEY: "other-job"}
+    assert claims.owners_of_pod(by_job) == ["other"], "by the Job controller's label"
+    assert claims.owners_of_pod({"metadata": {}}) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["--name", "a", "--all"], ["--all", "--selector", "team=a"]],
+    ids=["none", "name-and-all", "all-and-selector"],
+)
+def test_audit_takes_exactly_one_target(argv: list[str]) -> None:
+    with pytest.raises(BadInput, match="give exactly one of --name, --all and --selector"):
+        load_settings(AuditSettings, prog="dispatch-audit", argv=argv)

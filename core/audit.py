@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
-from dispatch_k8s.core import runtime, shapes
+from dispatch_k8s.core import ownership, runtime, shapes
 from dispatch_k8s.core.identity import IdentityError, parse_counter
 from dispatch_k8s.core.trainjob import runtime_seen
 from dispatch_k8s.core.wire import (
@@ -29,11 +29,13 @@ from dispatch_k8s.core.wire import (
     FOREIGN_CAUSE_ANNOTATION,
     HIGHEST_RESTART_ANNOTATION,
     JOB_INDEX_KEY,
+    JOBSET_NAME_KEY,
     JOBSET_UID_ANNOTATION,
     JOBSET_UID_KEY,
     LAST_EXECUTION_ANNOTATION,
     PATCH_MANAGER,
     REPLICATED_JOB_NAME_KEY,
+    RESERVED_ENV_PREFIX,
     RESTART_ATTEMPT_KEY,
     RUNTIME_SEEN_ANNOTATION,
     TRAINER_CONTAINER,
@@ -72,6 +74,12 @@ class FindingKind(StrEnum):
     STALE_POD = "stale-pod"  # a running job's pod whose A is not the patch's
     JOBSET_SPEC = "jobset-spec"  # the live JobSet holds a setting the runtime rules refuse
     RUNTIME_CHANGED = "runtime-changed"  # the runtime was edited, replaced or deleted since start
+    FOREIGN_PATCH = "foreign-patch"  # another runtime-patch entry sets what the identity reads
+    JOB_IDENTITY = "job-identity"  # a child Job's template carries a J the JobSet did not count
+    POD_IDENTITY = "pod-identity"  # a pod's A or J is not what its Job or JobSet holds
+    ORPHANED = "orphaned"  # a Job or pod runs the trainer outside the JobSet's count of J
+    ZERO_R = "zero-r"  # an execution began with R = 0: before any raise of A
+    RESTART_BELOW = "restart-below-highest"  # J below the highest recorded, A not raised past it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,118 +151,270 @@ def decide_audit(
     pods: Iterable[Mapping[str, Any]],
     runtime_now: Mapping[str, Any] | Unread | None = UNREAD,
     jobs: Iterable[Mapping[str, Any]] = (),
+    jobset_after: Mapping[str, Any] | None = None,
 ) -> tuple[tuple[Finding, ...], Observed]:
     """Return the findings and what was observed, from one pass over `pods`.
 
     `pods` is iterated once, so pages of a pod list can be streamed through it. `runtime_now`
     is the runtime as read now (None: it is gone), compared with the one start recorded;
-    `jobs` are the JobSet's child Jobs, whose specs can be edited apart from the JobSet's.
+    `jobs` are the JobSet's child Jobs, whose specs can be edited apart from the JobSet's;
+    `jobset_after` the JobSet read again after the pods (see `JobAudit.result`).
     """
-    name = _word(shapes.mapping(trainjob.get("metadata")).get("name"))
-    recorded_uid = shapes.annotations_of(trainjob).get(JOBSET_UID_ANNOTATION)
-    findings: list[Finding] = []
-    seen_uids: set[str] = set()  # one finding per foreign JobSet UID, however many pods carry it
-
-    def check_uid(uid: Any) -> None:
-        if recorded_uid is None or not isinstance(uid, str) or not uid:
-            return  # nothing recorded yet, or no UID to compare (JobSet before v0.11)
-        if uid == recorded_uid or uid in seen_uids:
-            return
-        seen_uids.add(uid)
-        reason = f"JobSet UID {uid} is not the recorded {recorded_uid}: J may have been reset"
-        findings.append(Finding(kind=FindingKind.JOBSET_UID, reason=reason))
-
-    if recorded_uid is not None and not (isinstance(recorded_uid, str) and recorded_uid):
-        # A blanked record would let a replaced JobSet be recorded as if seen for the first time.
-        reason = (
-            f"TrainJob {name} annotation {JOBSET_UID_ANNOTATION} is {recorded_uid!r}, "
-            "not a JobSet UID: the recorded UID was removed"
-        )
-        findings.append(Finding(kind=FindingKind.JOBSET_UID, reason=reason))
-        recorded_uid = None
-    if not isinstance(runtime_now, Unread):
-        findings.extend(_check_runtime(trainjob, runtime_now))
-    restarts = _Restarts()
-    if jobset is not None:
-        check_uid(shapes.mapping(jobset.get("metadata")).get("uid"))
-        restarts.see(shapes.mapping(jobset.get("status")).get("restarts"))
-        findings.extend(_check_jobset_spec(jobset))
-    for job in jobs:
-        findings.extend(_check_child_job(job))
-
-    read_floor = _read_counter(
-        shapes.annotations_of(trainjob).get(ADMISSION_FLOOR_ANNOTATION),
-        name=f"TrainJob {name} annotation {ADMISSION_FLOOR_ANNOTATION}",
-        kind=FindingKind.ADMISSION_FLOOR,
-    )
-    floor: int | None = None  # without a floor a lowered A cannot be told; a garbage A still can
-    if isinstance(read_floor, Finding):
-        findings.append(read_floor)
-    else:
-        floor = read_floor
-
-    admitted_jobs: set[str] = set()
-    patch_values: set[str] = set()
-    for path, replicated_job in _patched_jobs(trainjob, name, findings):
-        admitted_jobs.add(_word(replicated_job.get("name")))
-        pod_annotations = shapes.at(replicated_job, "template", "spec", "template", "metadata")
-        value = shapes.mapping(pod_annotations.get("annotations")).get(ADMISSION_ANNOTATION)
-        patch_values.add(value if isinstance(value, str) else repr(value))  # any shape hashes
-        where = f"TrainJob {name} {path}.{_POD_ADMISSION}"
-        findings.extend(
-            _check_admission(value, name=where, floor=floor, kind=FindingKind.RUNTIME_PATCH)
-        )
-
-    executions = _Executions(
-        Execution.parse(shapes.annotations_of(trainjob).get(LAST_EXECUTION_ANNOTATION))
-    )
-    running = shapes.at(trainjob, "spec").get("suspend") is not True
-    # The patch A every pod of a running job carries; None when the patch is not one value.
-    patch_admission = next(iter(patch_values)) if len(patch_values) == 1 else None
-    slots = _Slots()
+    job_audit = JobAudit(trainjob, jobset, runtime_now=runtime_now, jobs=jobs)
     for pod in pods:
+        job_audit.see(pod)
+    return job_audit.result(jobset_after=jobset_after)
+
+
+class JobAudit:
+    """The audit of one TrainJob, fed its pods one at a time (so many jobs share one list).
+
+    Built from the TrainJob, its JobSet and its Jobs as read; `see` takes each of its pods,
+    `result` gives the findings and what the audit's one update records.
+    """
+
+    def __init__(
+        self,
+        trainjob: Mapping[str, Any],
+        jobset: Mapping[str, Any] | None,
+        *,
+        runtime_now: Mapping[str, Any] | Unread | None = UNREAD,
+        jobs: Iterable[Mapping[str, Any]] = (),
+    ) -> None:
+        self.name = _word(shapes.mapping(trainjob.get("metadata")).get("name"))
+        annotations = shapes.annotations_of(trainjob)
+        self.findings: list[Finding] = []
+        self._recorded_uid = self._read_recorded_uid(annotations.get(JOBSET_UID_ANNOTATION))
+        self._seen_uids: set[str] = set()  # one finding per foreign UID, however many pods
+        if not isinstance(runtime_now, Unread):
+            self.findings.extend(_check_runtime(trainjob, runtime_now))
+        self.restarts = _Restarts()
+        if jobset is not None:
+            self._check_uid(shapes.mapping(jobset.get("metadata")).get("uid"))
+            self.restarts.see(shapes.mapping(jobset.get("status")).get("restarts"))
+            self.findings.extend(_check_jobset_spec(jobset))
+        self._jobset = jobset
+        self._jobs = _ChildJobs(jobset)
+        for job in jobs:
+            self.findings.extend(_check_child_job(job))
+            self.findings.extend(self._jobs.see(job))
+        self.lineage = ownership.lineage_of(trainjob, jobset).with_jobs(self._jobs.all())
+        self.findings.extend(_check_foreign_patches(trainjob, self.name))
+        self._floor = self._read_floor(annotations.get(ADMISSION_FLOOR_ANNOTATION))
+        self._highest_recorded = _counter_or_none(annotations.get(HIGHEST_RESTART_ANNOTATION))
+        patched_jobs, patch_values = self._check_patch(trainjob)
+        trainer_jobs = _trainer_jobs_of(jobset, runtime_now)
+        if trainer_jobs and patched_jobs and patched_jobs != trainer_jobs:
+            self.findings.append(
+                Finding(
+                    kind=FindingKind.RUNTIME_PATCH,
+                    reason=(
+                        f"TrainJob {self.name}'s {PATCH_MANAGER} runtime patch names "
+                        f"{', '.join(sorted(patched_jobs))}, not the trainer replicated job "
+                        f"{', '.join(sorted(trainer_jobs))}: A is raised on pods that do not "
+                        "run the trainer"
+                    ),
+                )
+            )
+        self._trainer_jobs = patched_jobs | trainer_jobs
+        self._executions = _Executions(Execution.parse(annotations.get(LAST_EXECUTION_ANNOTATION)))
+        self._running = shapes.at(trainjob, "spec").get("suspend") is not True
+        # The patch A every pod of a running job carries; None when the patch is not one value.
+        self._patch_admission = next(iter(patch_values)) if len(patch_values) == 1 else None
+        self._slots = _Slots()
+
+    def claims(self, pod: Mapping[str, Any]) -> bool:
+        """The pod is one of this TrainJob's (by label, owner, or the trainer it runs)."""
+        return self.lineage.claims_pod(pod)
+
+    def _read_recorded_uid(self, recorded: Any) -> str | None:
+        if recorded is not None and not (isinstance(recorded, str) and recorded):
+            # A blanked record would let a replaced JobSet be recorded as if seen first.
+            reason = (
+                f"TrainJob {self.name} annotation {JOBSET_UID_ANNOTATION} is {recorded!r}, "
+                "not a JobSet UID: the recorded UID was removed"
+            )
+            self.findings.append(Finding(kind=FindingKind.JOBSET_UID, reason=reason))
+            return None
+        return recorded
+
+    def _check_uid(self, uid: Any) -> None:
+        recorded = self._recorded_uid
+        if recorded is None or not isinstance(uid, str) or not uid:
+            return  # nothing recorded yet, or no UID to compare (JobSet before v0.11)
+        if uid == recorded or uid in self._seen_uids:
+            return
+        self._seen_uids.add(uid)
+        reason = f"JobSet UID {uid} is not the recorded {recorded}: J may have been reset"
+        self.findings.append(Finding(kind=FindingKind.JOBSET_UID, reason=reason))
+
+    def _read_floor(self, value: Any) -> int | None:
+        """The floor; without one a lowered A cannot be told (a garbage A still can)."""
+        floor = _read_counter(
+            value,
+            name=f"TrainJob {self.name} annotation {ADMISSION_FLOOR_ANNOTATION}",
+            kind=FindingKind.ADMISSION_FLOOR,
+        )
+        if isinstance(floor, Finding):
+            self.findings.append(floor)
+            return None
+        return floor
+
+    def _check_patch(self, trainjob: Mapping[str, Any]) -> tuple[frozenset[str], set[str]]:
+        """Check A in this project's patch; return the jobs it names and the A values it holds."""
+        named: set[str] = set()
+        values: set[str] = set()
+        for path, replicated_job in _patched_jobs(trainjob, self.name, self.findings):
+            named.add(_word(replicated_job.get("name")))
+            pod_meta = shapes.at(replicated_job, "template", "spec", "template", "metadata")
+            value = shapes.mapping(pod_meta.get("annotations")).get(ADMISSION_ANNOTATION)
+            values.add(value if isinstance(value, str) else repr(value))  # any shape hashes
+            self.findings.extend(
+                _check_admission(
+                    value,
+                    name=f"TrainJob {self.name} {path}.{_POD_ADMISSION}",
+                    floor=self._floor,
+                    kind=FindingKind.RUNTIME_PATCH,
+                )
+            )
+        return frozenset(named), values
+
+    def see(self, pod: Mapping[str, Any]) -> None:
+        """Take one of the TrainJob's pods (live or not) into the audit."""
         labels = shapes.at(pod, "metadata", "labels")
-        restarts.see(labels.get(RESTART_ATTEMPT_KEY))  # finished pods ran executions too
-        slots.see(pod)  # every pod: an execution rerun in the same slot may have finished
-        if not _is_live(pod):
-            continue  # terminating or finished: no execution runs with its values any more
-        check_uid(labels.get(JOBSET_UID_KEY))
-        replicated_job_name = labels.get(REPLICATED_JOB_NAME_KEY)
-        if isinstance(replicated_job_name, str) and replicated_job_name not in admitted_jobs:
-            continue  # initializers and MPI workers never carry A: the patch sets it on one job
-        # A pod without the label is checked: JobSet stamps it on every pod it creates.
+        self.restarts.see(labels.get(RESTART_ATTEMPT_KEY))  # finished pods ran executions too
+        self._slots.see(pod)  # every pod: an execution rerun in the same slot may have finished
+        if not self._runs_trainer(pod):
+            return  # initializers and MPI workers never carry A: the trainer jobs do
         pod_name = _word(shapes.mapping(pod.get("metadata")).get("name"))
+        if not _is_live(pod):
+            if _has_started(pod):
+                self.findings.extend(self._check_zero_r(pod, pod_name))
+            return  # terminating or finished: no execution runs with its values any more
+        self._check_uid(labels.get(JOBSET_UID_KEY))
         where = f"pod {pod_name} annotation {ADMISSION_ANNOTATION}"
         value = shapes.annotations_of(pod).get(ADMISSION_ANNOTATION)
         found = list(
-            _check_admission(value, name=where, floor=floor, kind=FindingKind.POD_ADMISSION)
+            _check_admission(value, name=where, floor=self._floor, kind=FindingKind.POD_ADMISSION)
         )
-        findings.extend(found)
+        self.findings.extend(found)
         if not found and isinstance(value, str):  # a canonical decimal, at or above the floor
-            findings.extend(executions.see(pod, admission=int(value)))
-            if running and _below(value, patch_admission):
-                findings.append(
-                    Finding(
-                        kind=FindingKind.STALE_POD,
-                        reason=(
-                            f"pod {pod_name} runs with A = {value} while the running job's "
-                            f"runtime patch holds A = {patch_admission}: it was not started by "
-                            "the opening that raised A"
-                        ),
-                    )
+            self.findings.extend(self._executions.see(pod, admission=int(value)))
+            self.findings.extend(self._check_stale(pod_name, value))
+            self.findings.extend(self._check_zero_r(pod, pod_name))
+            self.findings.extend(self._check_restart_below(pod, pod_name, int(value)))
+        self.findings.extend(self._jobs.check_pod(pod, pod_name))
+        self.findings.extend(_check_restarted_in_place(pod, pod_name))
+        if ownership.pod_token(pod.get("spec")) is not None and not ownership.owned_by_kind(
+            pod, "Job"
+        ):
+            self.findings.append(
+                Finding(
+                    kind=FindingKind.ORPHANED,
+                    reason=(
+                        f"pod {pod_name} runs TrainJob {self.name}'s trainer but no Job owns "
+                        "it: JobSet does not count its executions in J"
+                    ),
                 )
-        findings.extend(_check_restarted_in_place(pod, pod_name))
-    findings.extend(slots.findings())
-    observed = Observed(highest_restart=restarts.highest, execution=executions.to_record())
-    return tuple(findings), observed
+            )
+
+    def _runs_trainer(self, pod: Mapping[str, Any]) -> bool:
+        if ownership.pod_token(pod.get("spec")) is not None:
+            return True  # the trainer's env, which only trainer-labelled jobs get
+        replicated_job_name = shapes.labels_of(pod).get(REPLICATED_JOB_NAME_KEY)
+        # A pod without the label is checked: JobSet stamps it on every pod it creates.
+        return not isinstance(replicated_job_name, str) or replicated_job_name in self._trainer_jobs
+
+    def _check_stale(self, pod_name: str, admission: str) -> Iterator[Finding]:
+        if self._running and _differs(admission, self._patch_admission):
+            yield Finding(
+                kind=FindingKind.STALE_POD,
+                reason=(
+                    f"pod {pod_name} runs with A = {admission} while the running job's "
+                    f"runtime patch holds A = {self._patch_admission}: it was not started by "
+                    "the opening that raised A"
+                ),
+            )
+
+    def _check_zero_r(self, pod: Mapping[str, Any], pod_name: str) -> Iterator[Finding]:
+        counts = _counts_of(pod)
+        if counts is not None and counts == (0, 0):
+            yield Finding(
+                kind=FindingKind.ZERO_R,
+                reason=(
+                    f"pod {pod_name} began an execution with R = A + J = 0 + 0 = 0: it ran "
+                    "before any raise of A (the job or its JobSet was opened by hand)"
+                ),
+            )
+
+    def _check_restart_below(
+        self, pod: Mapping[str, Any], pod_name: str, admission: int
+    ) -> Iterator[Finding]:
+        """J below the highest recorded is sound only once a raise added the difference to A.
+
+        A raise after a reset of J writes A = max(A, floor) + (highest - J) + 1 with A at least
+        1, so such a pod's R is at least highest + 2 (DESIGN §2, "Raising A").
+        """
+        highest = self._highest_recorded
+        counts = _counts_of(pod)
+        if highest is None or counts is None:
+            return
+        restart = counts[1]
+        if restart < highest and admission + restart <= highest + 1:
+            yield Finding(
+                kind=FindingKind.RESTART_BELOW,
+                reason=(
+                    f"pod {pod_name} runs with J = {restart}, below the highest J = {highest} "
+                    f"recorded, and R = {admission + restart}: A was not raised past the "
+                    "executions at that J (J was reset)"
+                ),
+            )
+
+    def result(
+        self, *, jobset_after: Mapping[str, Any] | None = None
+    ) -> tuple[tuple[Finding, ...], Observed]:
+        """The findings, and what the audit's one update records beside any flag.
+
+        `jobset_after` is the JobSet read again after the pods were listed: a JobSet restart
+        during the audit makes pods of a J the first read had not counted yet, and only a
+        count read after them can tell them from a J set by hand.
+        """
+        counted = _counted_restarts(jobset_after if jobset_after is not None else self._jobset)
+        findings = [*self.findings, *self._jobs.above(counted), *self._slots.findings()]
+        observed = Observed(
+            highest_restart=self.restarts.highest, execution=self._executions.to_record()
+        )
+        return tuple(findings), observed
 
 
-def _below(admission: str, patch_admission: Any) -> bool:
-    """A pod's (canonical) A below the patch's single readable A."""
+def _differs(admission: str, patch_admission: Any) -> bool:
+    """A pod's (canonical) A is not the patch's single readable A."""
     try:
-        return int(admission) < parse_counter(patch_admission, name="A")
+        return int(admission) != parse_counter(patch_admission, name="A")
     except IdentityError:
         return False  # no single readable patch A: the patch findings say why
+
+
+def _counts_of(pod: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(A, J) as the prologue reads them from the pod; None when either is unreadable."""
+    try:
+        admission = parse_counter(shapes.annotations_of(pod).get(ADMISSION_ANNOTATION), name="A")
+        restart = parse_counter(shapes.labels_of(pod).get(RESTART_ATTEMPT_KEY), name="J")
+    except IdentityError:
+        return None  # the prologue refuses it (exit 125), or the A findings tell it
+    return admission, restart
+
+
+def _counter_or_none(value: Any) -> int | None:
+    try:
+        return parse_counter(value, name="counter")
+    except IdentityError:
+        return None
+
+
+def _has_started(pod: Mapping[str, Any]) -> bool:
+    """The kubelet took the pod: its containers ran, or were about to."""
+    return bool(shapes.mapping(pod.get("status")).get("startTime"))
 
 
 def _check_restarted_in_place(pod: Mapping[str, Any], pod_name: str) -> Iterator[Finding]:
@@ -320,6 +480,183 @@ class _Slots:
                         "replaced)"
                     ),
                 )
+
+
+class _ChildJobs:
+    """The JobSet's child Jobs by UID: what each holds for the pods made from it."""
+
+    def __init__(self, jobset: Mapping[str, Any] | None) -> None:
+        self._by_uid: dict[str, Mapping[str, Any]] = {}
+        self._jobset_uid = shapes.mapping((jobset or {}).get("metadata")).get("uid")
+        self._labelled: list[tuple[str, int]] = []  # (what, J) to compare with JobSet's count
+
+    def all(self) -> list[Mapping[str, Any]]:
+        return list(self._by_uid.values())
+
+    def see(self, job: Mapping[str, Any]) -> Iterator[Finding]:
+        meta = shapes.mapping(job.get("metadata"))
+        uid, name = meta.get("uid"), _word(meta.get("name"))
+        if isinstance(uid, str) and uid:
+            self._by_uid[uid] = job
+        template_meta = shapes.at(job, "spec", "template", "metadata")
+        restart = shapes.labels_of(job).get(RESTART_ATTEMPT_KEY)
+        template_restart = shapes.mapping(template_meta.get("labels")).get(RESTART_ATTEMPT_KEY)
+        if template_restart is not None and template_restart != restart:
+            yield Finding(
+                kind=FindingKind.JOB_IDENTITY,
+                reason=(
+                    f"Job {name} pod template label {RESTART_ATTEMPT_KEY} is "
+                    f"{_word(template_restart)}, not the Job's own {_word(restart)}: its pods "
+                    "would run with a J JobSet never counted"
+                ),
+            )
+        self._note_restart(f"Job {name} is labelled restart attempt", restart, job)
+        runs_trainer = ownership.pod_token(shapes.at(job, "spec", "template", "spec")) is not None
+        if runs_trainer and not ownership.owned_by_kind(job, "JobSet"):
+            yield Finding(
+                kind=FindingKind.ORPHANED,
+                reason=(
+                    f"Job {name} runs the trainer but no JobSet owns it (its owner references "
+                    "were removed): JobSet does not count its executions in J"
+                ),
+            )
+
+    def _note_restart(self, what: str, restart: Any, obj: Mapping[str, Any]) -> None:
+        # Another JobSet's objects are the UID finding's: their J is not this JobSet's count.
+        if shapes.labels_of(obj).get(JOBSET_UID_KEY) not in (None, self._jobset_uid):
+            return
+        value = _counter_or_none(restart)
+        if value is not None and value > 0:
+            self._labelled.append((what, value))
+
+    def check_pod(self, pod: Mapping[str, Any], pod_name: str) -> Iterator[Finding]:
+        """A live pod's A and J against the Job it was made from."""
+        restart = shapes.labels_of(pod).get(RESTART_ATTEMPT_KEY)
+        self._note_restart(f"pod {pod_name} runs with J =", restart, pod)
+        job = next(
+            (self._by_uid[uid] for uid in ownership.owner_uids(pod) if uid in self._by_uid), None
+        )
+        if job is None:
+            return
+        job_name = _word(shapes.mapping(job.get("metadata")).get("name"))
+        job_restart = shapes.labels_of(job).get(RESTART_ATTEMPT_KEY)
+        if job_restart is not None and restart != job_restart:
+            yield Finding(
+                kind=FindingKind.POD_IDENTITY,
+                reason=(
+                    f"pod {pod_name} runs with J = {_word(restart)} but its Job {job_name} "
+                    f"is restart attempt {_word(job_restart)}: the pod template was edited"
+                ),
+            )
+        template = shapes.at(job, "spec", "template", "metadata")
+        job_a = shapes.mapping(template.get("annotations")).get(ADMISSION_ANNOTATION)
+        pod_a = shapes.annotations_of(pod).get(ADMISSION_ANNOTATION)
+        if job_a is not None and pod_a != job_a:
+            yield Finding(
+                kind=FindingKind.POD_IDENTITY,
+                reason=(
+                    f"pod {pod_name} runs with A = {_word(pod_a)} but its Job {job_name} "
+                    f"was made with A = {_word(job_a)}: the pod was edited"
+                ),
+            )
+
+    def above(self, counted: int | None) -> Iterator[Finding]:
+        """Jobs and live pods labelled with a J above the JobSet's count: set by hand."""
+        if counted is None:
+            return
+        for what, restart in self._labelled:
+            if restart > counted:
+                yield Finding(
+                    kind=FindingKind.JOB_IDENTITY
+                    if what.startswith("Job")
+                    else FindingKind.POD_IDENTITY,
+                    reason=(
+                        f"{what} {restart}, above the JobSet's status.restarts {counted}: "
+                        "J was set by hand"
+                    ),
+                )
+
+
+def _counted_restarts(jobset: Mapping[str, Any] | None) -> int | None:
+    """JobSet's count of restarts, J; None without a JobSet or a readable count."""
+    if jobset is None:
+        return None
+    value = shapes.mapping(jobset.get("status")).get("restarts", 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+# What an execution's identity is read from: no runtime-patch entry but ours may set it.
+_IDENTITY_ANNOTATIONS: Final = (ADMISSION_ANNOTATION, RESTART_ATTEMPT_KEY)
+_IDENTITY_LABELS: Final = (RESTART_ATTEMPT_KEY, JOBSET_UID_KEY, JOBSET_NAME_KEY)
+
+
+def _check_foreign_patches(trainjob: Mapping[str, Any], name: str) -> Iterator[Finding]:
+    """Another manager's runtime-patch entry that sets what an execution's identity is read from.
+
+    Trainer merges every entry into the JobSet, so such an entry wins over ours on the pods.
+    """
+    patches = shapes.at(trainjob, "spec").get("runtimePatches")
+    for index, patch in enumerate(patches if isinstance(patches, list) else []):
+        patch = shapes.mapping(patch)
+        if patch.get("manager") == PATCH_MANAGER:
+            continue
+        jobs = shapes.at(patch, "trainingRuntimeSpec", "template", "spec").get("replicatedJobs")
+        for job_index, job in enumerate(shapes.mappings(jobs)):
+            path = f"spec.runtimePatches[{index}].{_PATCH_JOBS}[{job_index}]"
+            for what in _identity_settings(job):
+                yield Finding(
+                    kind=FindingKind.FOREIGN_PATCH,
+                    reason=(
+                        f"TrainJob {name} {path} (manager {_word(patch.get('manager'))}) sets "
+                        f"{what}: only the {PATCH_MANAGER} entry may set an execution's identity"
+                    ),
+                )
+
+
+def _identity_settings(replicated_job: Mapping[str, Any]) -> Iterator[str]:
+    """What in one patched replicated job touches the identity, in words."""
+    for where, meta in (
+        ("template.metadata", shapes.at(replicated_job, "template", "metadata")),
+        (
+            "pod template metadata",
+            shapes.at(replicated_job, "template", "spec", "template", "metadata"),
+        ),
+    ):
+        for key in _IDENTITY_ANNOTATIONS:
+            if key in shapes.mapping(meta.get("annotations")):
+                yield f"{where} annotation {key}"
+        for key in _IDENTITY_LABELS:
+            if key in shapes.mapping(meta.get("labels")):
+                yield f"{where} label {key}"
+    pod_spec = shapes.at(replicated_job, "template", "spec", "template", "spec")
+    for field in ("initContainers", "containers"):
+        for container in shapes.mappings(pod_spec.get(field)):
+            container_name = _word(container.get("name"))
+            for entry in shapes.mappings(container.get("env")):
+                env_name = entry.get("name")
+                if isinstance(env_name, str) and env_name.startswith(RESERVED_ENV_PREFIX):
+                    yield f"env {env_name} of container {container_name}"
+            if container.get("name") == TRAINER_CONTAINER:
+                for word in ("command", "args"):
+                    if word in container:
+                        yield f"the {word} of container {container_name}"
+
+
+def _trainer_jobs_of(
+    jobset: Mapping[str, Any] | None, runtime_now: Mapping[str, Any] | Unread | None
+) -> frozenset[str]:
+    """The trainer-labelled replicated jobs, from the JobSet (else the runtime as read now)."""
+    if jobset is not None:
+        spec: Any = jobset.get("spec")
+    elif isinstance(runtime_now, Mapping):
+        spec = shapes.at(runtime_now, "spec", "template").get("spec")
+    else:
+        return frozenset()
+    return frozenset(
+        _word(job.get("name"))
+        for job in shapes.mappings(shapes.mapping(spec).get("replicatedJobs"))
+        if shapes.at(job, "template", "metadata", "labels").get(ANCESTOR_LABEL) == ANCESTOR_TRAINER
+    )
 
 
 def _check_child_job(job: Mapping[str, Any]) -> Iterator[Finding]:

@@ -1,18 +1,25 @@
-"""One audit of one TrainJob: read it and what it owns, decide (`core.audit`), write at most once.
+"""Audits of TrainJobs: read them and what they own, decide (`core.audit`), write once each.
 
-Shell, not rule: `dispatch-audit` runs it once per TrainJob it is asked about, the admission
-controller's auditor each time a managed TrainJob or something it owns changes. Both make the
-same decisions through the same pure functions, so the two can never disagree.
+Shell, not rule: `dispatch-audit` runs it for one TrainJob or every managed one of a
+namespace, the admission controller's auditor each time a managed TrainJob or something it
+owns changes. All make the same decisions through the same pure functions, so they can never
+disagree.
+
+A namespace is read in one pass whatever its size: its TrainJobs, JobSets, Jobs and pods are
+each listed once (pods page by page, each handed to the audits that claim it and dropped), so
+memory grows with the jobs audited, not with their pods.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from loguru import logger
 
-from dispatch_k8s.core import audit, events, trainjob, wire
+from dispatch_k8s.core import audit, events, gate, ownership, shapes, trainjob, wire
+from dispatch_k8s.core.errors import DispatchError, NotFound
 from dispatch_k8s.core.gateway import Gateway
 
 
@@ -20,6 +27,7 @@ from dispatch_k8s.core.gateway import Gateway
 class AuditOutcome:
     """What one audit found and wrote."""
 
+    name: str
     findings: tuple[audit.Finding, ...]
     recorded: bool  # the TrainJob's annotations were updated
     resource_version: str  # of the TrainJob as written, or as read when nothing was written
@@ -31,7 +39,7 @@ class AuditOutcome:
 
 
 def audit_trainjob(gateway: Gateway, namespace: str, name: str, *, step: str) -> AuditOutcome:
-    """Read the TrainJob, its runtime, JobSet, Jobs and pods; write at most one update.
+    """Audit one TrainJob: read it and everything it owns, write at most one update.
 
     The update (records and any flag) is preconditioned on the TrainJob as read, so a change
     made meanwhile fails it (409) and the audit is run again from a fresh read. Findings not
@@ -39,37 +47,131 @@ def audit_trainjob(gateway: Gateway, namespace: str, name: str, *, step: str) ->
     """
     job = gateway.read_trainjob(namespace, name)
     jobset = gateway.read_jobset(namespace, name)
-    ref = job.get("spec", {}).get("runtimeRef") or {}
-    runtime = gateway.find_runtime(
-        str(ref.get("kind", "ClusterTrainingRuntime")), str(ref.get("name")), namespace
-    )
-    selector = f"{wire.JOBSET_NAME_KEY}={name}"
-    jobs = gateway.list_jobs(namespace, selector)
-    pods = gateway.list_pods(namespace, selector)
-    findings, observed = audit.decide_audit(job, jobset, pods=pods, runtime_now=runtime, jobs=jobs)
-    changes = audit.decide_annotations(job, findings, jobset=jobset, observed=observed)
+    (audited,) = _audits(gateway, namespace, [job], {name: jobset} if jobset else {})
+    after = gateway.read_jobset(namespace, name)
+    return _record(gateway, audited, jobset_after=after, step=step)
+
+
+def audit_namespace(
+    gateway: Gateway, namespace: str, *, selector: str | None, step: str
+) -> Iterator[AuditOutcome | tuple[str, DispatchError]]:
+    """Audit every dispatch-managed TrainJob of a namespace (that `selector` matches).
+
+    Yields each job's outcome, or its name and the error that stopped its write (a 409: it
+    changed meanwhile), in the order listed; one job's error never stops the others'.
+    """
+    jobs = [
+        job for job in gateway.list_trainjobs(namespace, selector) if gate.is_dispatch_managed(job)
+    ]
+    jobsets = _by_name(gateway.list_jobsets(namespace))
+    audits = _audits(gateway, namespace, jobs, jobsets)
+    after = _by_name(gateway.list_jobsets(namespace))
+    for audited in audits:
+        try:
+            yield _record(gateway, audited, jobset_after=after.get(audited.name), step=step)
+        except NotFound:
+            logger.bind(trainjob=audited.name).info("deleted while audited: nothing to record")
+        except DispatchError as e:
+            yield audited.name, e
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Audited:
+    name: str
+    trainjob: dict[str, Any]
+    jobset: Mapping[str, Any] | None
+    audit: audit.JobAudit
+
+
+def _audits(
+    gateway: Gateway,
+    namespace: str,
+    trainjobs: Iterable[dict[str, Any]],
+    jobsets: Mapping[str, Mapping[str, Any]],
+) -> list[_Audited]:
+    """Each TrainJob's audit, fed its Jobs and pods from one list of each in the namespace.
+
+    Every Job and pod is kept for the TrainJobs that own it by label, owner reference or the
+    trainer it runs (core.ownership), so a removed label hides nothing.
+    """
+    trainjobs = list(trainjobs)
+    lineages = {
+        str(job["metadata"]["name"]): ownership.lineage_of(
+            job, jobsets.get(job["metadata"]["name"])
+        )
+        for job in trainjobs
+    }
+    job_claims: ownership.Claims[str] = ownership.Claims()
+    for name, lineage in lineages.items():
+        job_claims.add(lineage, name, uids=[lineage.jobset_uid] if lineage.jobset_uid else [])
+    children: dict[str, list[dict[str, Any]]] = {name: [] for name in lineages}
+    for child in gateway.list_jobs(namespace):
+        for name in job_claims.owners_of_job(child):
+            children[name].append(child)
+    runtimes = _Runtimes(gateway, namespace)
+    audited: list[_Audited] = []
+    pod_claims: ownership.Claims[audit.JobAudit] = ownership.Claims()
+    for job in trainjobs:
+        name = str(job["metadata"]["name"])
+        jobset = jobsets.get(name)
+        job_audit = audit.JobAudit(job, jobset, runtime_now=runtimes.now(job), jobs=children[name])
+        pod_claims.add(job_audit.lineage, job_audit, uids=job_audit.lineage.job_uids)
+        audited.append(_Audited(name=name, trainjob=job, jobset=jobset, audit=job_audit))
+    for pod in gateway.list_pods(namespace):
+        for job_audit in pod_claims.owners_of_pod(pod):
+            job_audit.see(pod)
+    return audited
+
+
+class _Runtimes:
+    """Each runtime the audited jobs name, read once."""
+
+    def __init__(self, gateway: Gateway, namespace: str) -> None:
+        self._gateway, self._namespace = gateway, namespace
+        self._read: dict[tuple[str, str], dict[str, Any] | None] = {}
+
+    def now(self, trainjob: Mapping[str, Any]) -> dict[str, Any] | None:
+        ref = shapes.at(trainjob, "spec", "runtimeRef")
+        key = (str(ref.get("kind", "ClusterTrainingRuntime")), str(ref.get("name")))
+        if key not in self._read:
+            self._read[key] = self._gateway.find_runtime(*key, self._namespace)
+        return self._read[key]
+
+
+def _by_name(objects: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {str(obj["metadata"]["name"]): obj for obj in objects}
+
+
+def _record(
+    gateway: Gateway,
+    audited: _Audited,
+    *,
+    jobset_after: Mapping[str, Any] | None,
+    step: str,
+) -> AuditOutcome:
+    """The audit's one update of a TrainJob (if anything changes), then its Events."""
+    job = audited.trainjob
+    findings, observed = audited.audit.result(jobset_after=jobset_after)
+    changes = audit.decide_annotations(job, findings, jobset=audited.jobset, observed=observed)
     version: str = job["metadata"]["resourceVersion"]
+    bound = logger.bind(trainjob=audited.name)
     if changes:
         body = audit.with_annotations(job, changes)
         written = gateway.update_trainjob(body, trainjob.ResourceVersion(version))
         version = written["metadata"]["resourceVersion"]
-        logger.bind(annotations=sorted(changes)).info("updated TrainJob annotations")
+        bound.bind(annotations=sorted(changes)).info("updated TrainJob annotations")
     for finding in findings:
-        logger.bind(kind=str(finding.kind)).warning(finding.reason)
+        bound.bind(kind=str(finding.kind)).warning(finding.reason)
     if changes and wire.FOREIGN_CAUSE_ANNOTATION in changes:
         # Only findings not told before: an audit every 15 minutes must not repeat them.
-        _tell(gateway, job, findings, step=step)
-    return AuditOutcome(findings=findings, recorded=bool(changes), resource_version=version)
-
-
-def _tell(
-    gateway: Gateway, job: dict[str, Any], findings: tuple[audit.Finding, ...], *, step: str
-) -> None:
-    for finding in findings[: audit.MAX_EVENTS]:
-        gateway.emit_event(
-            job,
-            event_type="Warning",
-            reason=events.FLAGGED,
-            message=f"{finding.kind}: {finding.reason}",
-            step=step,
-        )
+        for finding in findings[: audit.MAX_EVENTS]:
+            gateway.emit_event(
+                job,
+                event_type="Warning",
+                reason=events.FLAGGED,
+                message=f"{finding.kind}: {finding.reason}",
+                step=step,
+            )
+    return AuditOutcome(
+        name=audited.name, findings=findings, recorded=bool(changes), resource_version=version
+    )

@@ -385,6 +385,11 @@ class Gateway:
         except NotFound:
             return None
 
+    def list_jobsets(self, namespace: str) -> Iterator[dict[str, Any]]:
+        """LIST the namespace's JobSets page by page."""
+        path = _custom_path(wire.JOBSET_GROUP, wire.JOBSET_VERSION, namespace, JOBSETS)
+        return self._pages(path, "JobSets", namespace, None)
+
     def poll(
         self, read: Callable[[], T], done: Callable[[T], bool], *, timeout: float, what: str
     ) -> T:
@@ -576,18 +581,20 @@ class Gateway:
 
     # Jobs
 
-    def list_jobs(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
-        """LIST batch/v1 Jobs (a JobSet's child Jobs are few: one request)."""
+    def list_jobs(self, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        """LIST batch/v1 Jobs, all of the namespace without a selector (one request)."""
         listed = self._get(
             _custom_path("batch", "v1", namespace, "jobs"),
-            query=[("labelSelector", label_selector)],
-            what=f"Jobs {namespace} ({label_selector})",
+            query=[("labelSelector", label_selector)] if label_selector else [],
+            what=f"Jobs {namespace} ({label_selector or 'all'})",
         )
         return list(listed.get("items") or [])
 
     # Pods
 
-    def list_pods(self, namespace: str, label_selector: str) -> Iterator[dict[str, Any]]:
+    def list_pods(
+        self, namespace: str, label_selector: str | None = None
+    ) -> Iterator[dict[str, Any]]:
         """LIST pods page by page (kubectl's page size), so a large JobSet never loads at once.
 
         Each page's body is decoded one pod at a time (`iter_list_items`), and each pod is
@@ -596,14 +603,26 @@ class Gateway:
         whole page's freed objects. No field selector narrows the list: the audit reads
         finished pods too (their J, their slot), so none would be exact.
         """
-        path = _custom_path("", "v1", namespace, "pods")
-        what = f"pods {namespace} ({label_selector})"
+        return self._pages(
+            _custom_path("", "v1", namespace, "pods"), "pods", namespace, label_selector
+        )
+
+    def list_trainjobs(
+        self, namespace: str, label_selector: str | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """LIST the namespace's TrainJobs page by page."""
+        path = _custom_path(wire.TRAINER_GROUP, wire.TRAINER_VERSION, namespace, "trainjobs")
+        return self._pages(path, "TrainJobs", namespace, label_selector)
+
+    def _pages(
+        self, path: str, kind: str, namespace: str, label_selector: str | None
+    ) -> Iterator[dict[str, Any]]:
+        what = f"{kind} {namespace} ({label_selector or 'all'})"
         token: str | None = None
         while True:
-            query: list[tuple[str, str | int | bool]] = [
-                ("labelSelector", label_selector),
-                ("limit", PAGE_SIZE),
-            ]
+            query: list[tuple[str, str | int | bool]] = [("limit", PAGE_SIZE)]
+            if label_selector:
+                query.append(("labelSelector", label_selector))
             if token:
                 query.append(("continue", token))
             text = _call(functools.partial(self._text, "GET", path, query=query), what=what)

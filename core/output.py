@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -15,6 +16,21 @@ from dispatch_k8s.core.settings import StepSettings, load_settings
 
 Result = Mapping[str, Any]
 S = TypeVar("S", bound=StepSettings)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Report:
+    """A step's outcome over many objects: a result line each, then how the whole run ends.
+
+    `summary` is what --outputs-dir writes; `error`, when set, is the exit code after every
+    line was written (a flagged job among many still shows every other job's line).
+    """
+
+    lines: Sequence[Result]
+    summary: Result
+    error: DispatchError | None = None
+
+
 TERMINATION_LOG: Final = Path("/dev/termination-log")
 
 
@@ -71,7 +87,7 @@ def _record_termination(reason: str) -> None:
 
 
 def entrypoint(
-    run: Callable[[S], Result],
+    run: Callable[[S], Result | Report],
     settings_cls: type[S],
     *,
     step: str,
@@ -95,15 +111,21 @@ def entrypoint(
             )
             if settings.outputs_dir is not None:
                 prepare_outputs_dir(settings.outputs_dir)
-            result = run(settings)
+            outcome = run(settings)
+            report = (
+                outcome if isinstance(outcome, Report) else Report(lines=[outcome], summary=outcome)
+            )
             if settings.outputs_dir is not None:
-                write_outputs(result, settings.outputs_dir)
+                write_outputs(report.summary, settings.outputs_dir)
+            for line in report.lines:
+                sys.stdout.write(json.dumps(line, sort_keys=True) + "\n")
+            if report.error is not None:
+                raise report.error
         except DispatchError as e:
             reason = str(e).replace("\n", " ")
             logger.bind(exit_code=e.exit_code, error=type(e).__name__).error(reason)
             _record_termination(reason)
             raise SystemExit(e.exit_code) from None
-        sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
         logger.info("done")
 
     return main

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Final, Literal, NoReturn, TypeVar
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, CliSettingsSource, SettingsConfigDict, SettingsError
 
@@ -494,6 +494,43 @@ class TrainJobSettings(StepSettings):
 
     namespace: Annotated[str, NAMESPACE_DOC] = "default"
     name: Annotated[str, doc("The TrainJob's name.", metavar="NAME", default="required")]
+
+
+class AuditSettings(StepSettings):
+    """`dispatch-audit`: one TrainJob, or every dispatch-managed one of the namespace."""
+
+    namespace: Annotated[str, NAMESPACE_DOC] = "default"
+    name: Annotated[
+        str | None,
+        doc(
+            "The TrainJob to audit.",
+            metavar="NAME",
+            default="none: give this, --all or --selector",
+        ),
+    ] = None
+    all: Annotated[
+        bool,
+        doc(
+            "Audit every TrainJob of the namespace that dispatch-start made, in one pass: one "
+            "result line each, exit 7 if any is flagged.",
+            default="off",
+        ),
+    ] = False
+    selector: Annotated[
+        str | None,
+        doc(
+            "As --all, for the TrainJobs that match this label selector (as kubectl -l).",
+            metavar="SELECTOR",
+            default="none",
+        ),
+    ] = None
+
+    @model_validator(mode="after")
+    def _one_target(self) -> AuditSettings:
+        given = [self.name is not None, self.all, self.selector is not None]
+        if sum(given) != 1:
+            raise ValueError("give exactly one of --name, --all and --selector")
+        return self
 
 
 class AdmitSettings(TrainJobSettings):

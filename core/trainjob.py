@@ -382,6 +382,21 @@ def with_admission(
     return raised
 
 
+def with_hold(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The TrainJob suspended, with the highest J seen recorded in the same update.
+
+    J lives in the JobSet only: recorded at the hold, a JobSet replaced while the job is held
+    still leaves the next raise above every R the job had, with no audit run in between.
+    """
+    held = copy.deepcopy(dict(trainjob))
+    held["spec"]["suspend"] = True
+    restart, highest = restart_count(jobset), highest_restart(trainjob)
+    if isinstance(restart, int) and isinstance(highest, int) and restart > highest:
+        annotations = held["metadata"].setdefault("annotations", {})
+        annotations[wire.HIGHEST_RESTART_ANNOTATION] = str(restart)
+    return held
+
+
 def multikueue_refusal(trainjob: Mapping[str, Any]) -> Refusal | None:
     """MultiKueue runs the job on a worker cluster, where A and J cannot be kept."""
     if shapes.at(trainjob, "spec").get("managedBy") != wire.MULTIKUEUE_MANAGER:

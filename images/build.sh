@@ -32,7 +32,7 @@ started=$SECONDS
 # Only the package's own files are staged, so no cache or virtualenv of the work tree can
 # leak into the wheel.
 mkdir -p "$context/src" "$context/wheels"
-cp "$repo/pyproject.toml" "$repo/README.md" "$context/src/"
+cp "$repo/pyproject.toml" "$repo/README.md" "$repo/LICENSE" "$context/src/"
 cp -r "$repo/bin" "$context/src/"
 # The folders linked under dispatch_k8s/ are copied into it here, as the wheel has them.
 mkdir -p "$context/src/dispatch_k8s"

@@ -1,33 +1,57 @@
-"""`dispatch-audit`: detect resets, record the JobSet UID, flag the TrainJob foreign."""
+"""`dispatch-audit`: detect resets, record what was seen, flag the TrainJob foreign."""
 
 from __future__ import annotations
 
-from dispatch_k8s.core import output
-from dispatch_k8s.core.auditing import audit_trainjob
-from dispatch_k8s.core.errors import Foreign
+from dispatch_k8s.core import output, wire
+from dispatch_k8s.core.auditing import AuditOutcome, audit_namespace, audit_trainjob
+from dispatch_k8s.core.errors import DispatchError, Foreign
 from dispatch_k8s.core.gateway import Gateway
-from dispatch_k8s.core.settings import TrainJobSettings
+from dispatch_k8s.core.settings import AuditSettings
 
 
-def run(settings: TrainJobSettings) -> output.Result:
-    """Read the TrainJob, its JobSet and pods; write at most one annotation update."""
+def run(settings: AuditSettings) -> output.Result | output.Report:
+    """Audit one TrainJob or a namespace's; at most one annotation update per TrainJob."""
     gateway = Gateway.connect(kubeconfig=settings.kubeconfig, context=settings.context)
-    outcome = audit_trainjob(gateway, settings.namespace, settings.name, step="audit")
-    if outcome.findings:
-        raise Foreign(f"flagged foreign: {outcome.cause}")
+    if settings.name is not None:
+        outcome = audit_trainjob(gateway, settings.namespace, settings.name, step="audit")
+        if outcome.findings:
+            raise Foreign(f"flagged foreign: {outcome.cause}")
+        return _line(outcome)
+    selector = settings.selector or f"{wire.MANAGED_BY_LABEL}={wire.MANAGED_BY}"
+    lines: list[output.Result] = []
+    flagged: list[str] = []
+    failed: list[DispatchError] = []
+    for audited in audit_namespace(gateway, settings.namespace, selector=selector, step="audit"):
+        if isinstance(audited, AuditOutcome):
+            lines.append({"name": audited.name, **_line(audited)})
+            if audited.findings:
+                flagged.append(audited.name)
+        else:
+            name, stopped = audited
+            lines.append({"name": name, "error": str(stopped), "exitCode": stopped.exit_code})
+            failed.append(stopped)
+    summary = {"audited": len(lines), "flagged": len(flagged)}
+    error: DispatchError | None = failed[0] if failed else None
+    if flagged:  # a person's decision outranks a rerun: 7 wins over a 3 of another job
+        error = Foreign(f"flagged foreign: {len(flagged)} of {len(lines)}: {', '.join(flagged)}")
+    return output.Report(lines=lines, summary=summary, error=error)
+
+
+def _line(outcome: AuditOutcome) -> output.Result:
     return {
-        "findings": 0,
+        "findings": len(outcome.findings),
         "resourceVersion": outcome.resource_version,
         "recorded": outcome.recorded,
     }
 
 
 ABOUT = (
-    "Detect resets of A or J (JobSet UID, runtime patch, live pods, executions) and record what\n"
-    "it saw in at most one annotation update; on a finding, flag the TrainJob foreign and exit 7."
+    "Detect resets of A or J (JobSet, runtime patch, Jobs, pods, executions) of one TrainJob or a\n"
+    "namespace's; record what was seen, one update per job; a finding flags the job foreign (7)."
 )
 EXAMPLE = """\
 dispatch-audit --namespace team-a --name train-42-3f9c1a2b
+dispatch-audit --namespace team-a --all
 """
 
-main = output.entrypoint(run, TrainJobSettings, step="audit", about=ABOUT, example=EXAMPLE)
+main = output.entrypoint(run, AuditSettings, step="audit", about=ABOUT, example=EXAMPLE)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-
 from loguru import logger
 
 from dispatch_k8s.core import output, trainjob
@@ -13,7 +11,7 @@ from dispatch_k8s.core.settings import TrainJobSettings
 
 
 def run(settings: TrainJobSettings) -> output.Result:
-    """Read the TrainJob, decide, write once (or not at all if already held), report."""
+    """Read the TrainJob and its JobSet, write once (or not at all if already held), report."""
     gateway = Gateway.connect(kubeconfig=settings.kubeconfig, context=settings.context)
     job = gateway.read_trainjob(settings.namespace, settings.name)
     if trainjob.is_kueue_managed(job):
@@ -25,8 +23,7 @@ def run(settings: TrainJobSettings) -> output.Result:
     if job.get("spec", {}).get("suspend") is True:
         logger.info("already suspended: nothing to do")
         return {"held": True, "changed": False, "resourceVersion": version}
-    body = copy.deepcopy(job)
-    body["spec"]["suspend"] = True
+    body = trainjob.with_hold(job, gateway.read_jobset(settings.namespace, settings.name))
     written = gateway.update_trainjob(body, trainjob.ResourceVersion(version))
     logger.info("suspended")
     return {
@@ -37,8 +34,8 @@ def run(settings: TrainJobSettings) -> output.Result:
 
 
 ABOUT = (
-    "Plain mode hold: set spec.suspend true in one update of the TrainJob, preconditioned on\n"
-    "its read; a job already held is left as it is (exit 0), one queued through Kueue refused."
+    "Plain mode hold: suspend the TrainJob and record its JobSet's J in one update, on the job\n"
+    "as read; a job already held is left as it is (exit 0), one queued through Kueue refused."
 )
 EXAMPLE = """\
 dispatch-hold --kubeconfig ~/.kube/config --namespace team-a --name train-42-3f9c1a2b

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import shutil
 import signal
@@ -150,6 +151,12 @@ def image_exists(tag: str) -> bool:
 def image_size(tag: str) -> int:
     """The size of an image in bytes, its base's layers included."""
     return int(_docker("image", "inspect", "--format", "{{.Size}}", tag).strip())
+
+
+def image_labels(tag: str) -> dict[str, str]:
+    """An image's labels."""
+    labels = json.loads(_docker("image", "inspect", "--format", "{{json .Config.Labels}}", tag))
+    return dict(labels or {})
 
 
 def _import(tag: str, tarball: bytes) -> None:

@@ -56,6 +56,8 @@ def test_release_after_restart_and_hold_gives_r_3(
     held = run_stage(step, "hold", *target)
     assert held.code == 0, held.error
     assert held.result["changed"] is True
+    recorded = read_trainjob(custom, namespace, name)["metadata"]["annotations"]
+    assert recorded[wire.HIGHEST_RESTART_ANNOTATION] == "1", "the hold records J, no audit run"
     assert step("hold", *target).result["changed"] is False, "a second hold is a no-op"
     wait_for_drained_jobset(api_client, namespace, name)
 

@@ -176,7 +176,6 @@ def test_a_jobset_reset_is_flagged_by_the_scheduled_audits_and_stops_the_release
     (cron,) = documents(ARGO_FILES[-1])
     cron["spec"]["schedules"] = ["* * * * *"]  # every minute, not every 15
     cron["spec"]["workflowSpec"]["arguments"]["parameters"] = [
-        {"name": "trainjob", "value": name},
         {"name": "image", "value": step_image_on_node},
     ]
     kube.apply(api_client, cron, namespace=namespace)
@@ -190,7 +189,7 @@ def test_a_jobset_reset_is_flagged_by_the_scheduled_audits_and_stops_the_release
     (audit,) = audited.nodes("audit")  # one attempt: 7 is for a person, never retried
     assert audit["outputs"]["exitCode"] == "7"
 
-    cron_job = _every_minute(documents(JOBS / "audit-cronjob.yaml")[0], name, control_plane)
+    cron_job = _every_minute(documents(JOBS / "audit-cronjob.yaml")[0], control_plane)
     kube.apply(api_client, cron_job, namespace=namespace)
     failure = wait_until(
         lambda: _job_failure(api_client, namespace, cron_job["metadata"]["name"]),
@@ -212,8 +211,8 @@ def test_a_jobset_reset_is_flagged_by_the_scheduled_audits_and_stops_the_release
     assert not released.nodes("unsuspend"), "nothing is released past a flagged reset"
 
 
-def _every_minute(cron_job: Manifest, trainjob: str, control_plane: Cluster) -> Manifest:
-    """The shipped audit CronJob for `trainjob`, every minute, its pod shaped for the node."""
+def _every_minute(cron_job: Manifest, control_plane: Cluster) -> Manifest:
+    """The shipped audit CronJob of the namespace, every minute, its pod shaped for the node."""
     cron_job = copy.deepcopy(cron_job)
     cron_job["spec"]["schedule"] = "* * * * *"
     job = cron_job["spec"]["jobTemplate"]["spec"]
@@ -222,7 +221,6 @@ def _every_minute(cron_job: Manifest, trainjob: str, control_plane: Cluster) -> 
     )
     (container,) = pod["containers"]
     container["image"] = default_image()
-    next(e for e in container["env"] if e["name"] == "DISPATCH_NAME")["value"] = trainjob
     return cron_job
 
 

@@ -35,7 +35,7 @@ from tests.pipelines.identity import (
     shipped_grants,
 )
 from tests.pipelines.queues import Queues
-from tests.shipped import TORCH_RUNTIME, documents
+from tests.shipped import TORCH_RUNTIME, Manifest, documents
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]
@@ -46,18 +46,27 @@ FORBIDDEN: Final = 5
 ADMIT_WAIT: Final = "120"  # seconds; five Go controllers share two cores with the tests
 
 
-def declared_outputs(script: str) -> dict[str, set[str]]:
-    """The outputs each engine declares for a step: Argo parameters, Tekton results."""
+def declared_outputs(script: str, *, namespace_wide: bool = False) -> dict[str, set[str]]:
+    """The outputs each engine declares for a step: Argo parameters, Tekton results.
+
+    `namespace_wide` picks the templates that run the step with --all (the audit of a whole
+    namespace, whose outputs are its summary), else those that name one object.
+    """
+
+    def runs(container: Manifest) -> bool:
+        wide = "--all" in (container.get("args") or [])
+        return container.get("command") == [script] and wide is namespace_wide
+
     argo = {
         p["name"]
         for _, _, template in render.argo_templates()
-        if template.get("container", {}).get("command") == [script]
+        if runs(template.get("container", {}))
         for p in template["outputs"]["parameters"]
     }
     tekton = {
         r["name"]
         for task in render.tekton_tasks().values()
-        if any(step.get("command") == [script] for step in task["spec"]["steps"])
+        if any(runs(step) for step in task["spec"]["steps"])
         for r in task["spec"]["results"]
     }
     return {"argo": argo, "tekton": tekton}
@@ -139,6 +148,14 @@ def test_the_shipped_identity_runs_every_step(
     assert assert_done(run("unsuspend", *target), "unsuspend")["admission"] == 1
     assert assert_done(run("hold", *target), "hold")["changed"] is True
     assert assert_done(run("audit", *target), "audit")["findings"] == 0
+    namespace_wide = run("audit", "--namespace", namespace, "--all")  # one TrainJob: one line
+    assert namespace_wide.code == 0, namespace_wide.error
+    assert (namespace_wide.result["name"], namespace_wide.result["findings"]) == (
+        started["name"],
+        0,
+    )
+    declared = declared_outputs("dispatch-audit", namespace_wide=True)["argo"]
+    assert set(namespace_wide.files) == declared == {"audited", "flagged"}
 
     local = namespaced_runtime(api_client, namespace)
     own = run(
@@ -211,8 +228,8 @@ def test_the_identity_can_do_nothing_more(
             "patch the TrainJob": lambda: custom.patch_namespaced_custom_object(
                 *TRAINER, namespace, "trainjobs", name, {"metadata": {"labels": {"x": "y"}}}
             ),
-            "list TrainJobs": lambda: custom.list_namespaced_custom_object(
-                *TRAINER, namespace, "trainjobs"
+            "watch TrainJobs": lambda: custom.list_namespaced_custom_object(
+                *TRAINER, namespace, "trainjobs", watch=True, timeout_seconds=1
             ),
             "read a TrainJob in another namespace": lambda: custom.get_namespaced_custom_object(
                 *TRAINER, "default", "trainjobs", name
@@ -305,6 +322,9 @@ NEEDED_BY: Final[dict[Rule, Callable[[Without], StepRun]]] = {
     (T, "trainjobs", "get"): lambda w: w.steps.as_identity("hold", *w.steps.admin_start("get")),
     (T, "trainjobs", "create"): lambda w: w.start("create"),
     (T, "trainjobs", "update"): lambda w: w.steps.as_identity("hold", *w.opened("update")),
+    (T, "trainjobs", "list"): lambda w: w.steps.as_identity(
+        "audit", "--namespace", w.steps.namespace, "--all"
+    ),
     (T, "trainingruntimes", "get"): lambda w: w.steps.as_identity(
         "start",
         *start_args(w.steps.namespace, namespaced_runtime(w.api, w.steps.namespace), "local"),
@@ -313,6 +333,9 @@ NEEDED_BY: Final[dict[Rule, Callable[[Without], StepRun]]] = {
     ),
     (T, "clustertrainingruntimes", "get"): lambda w: w.start("cluster"),
     (J, "jobsets", "get"): lambda w: w.steps.as_identity("unsuspend", *w.steps.admin_start("js")),
+    (J, "jobsets", "list"): lambda w: w.steps.as_identity(
+        "audit", "--namespace", w.steps.namespace, "--all"
+    ),
     (K, "workloads", "list"): lambda w: w.steps.as_identity("admit", *w.steps.admin_start("list")),
     (K, "workloads", "watch"): lambda w: w.steps.as_identity(
         "admit", *w.steps.admin_start("watch"), "--wait", "--timeout", "5"

@@ -307,7 +307,7 @@ counters = st.integers(0, 999_999)
 
 @given(floor=counters, data=st.data())
 def test_any_admission_at_or_above_floor_is_clean(floor: int, data: st.DataObject) -> None:
-    at_least = st.integers(floor, 999_999)
+    at_least = st.integers(max(floor, 1), 999_999)  # A = 0 with J = 0 is R = 0: a finding
     patch = data.draw(at_least)
     pods = [pod_dict(f"p{i}", admission=str(data.draw(at_least))) for i in range(3)]
     trainjob = trainjob_dict(admission=str(patch), floor=str(floor), jobset_uid=UID)
@@ -326,8 +326,10 @@ def test_any_admission_below_floor_is_found(floor: int, data: st.DataObject) -> 
 
 @given(value=st.text(max_size=8))
 def test_pod_admission_is_found_unless_canonical(value: str) -> None:
-    job = trainjob_dict(admission="0", floor="0")  # so any canonical pod A is at the patch's
-    findings = audit(job, None, [pod_dict(admission=value)])
+    job = trainjob_dict(admission="0", floor="0")
+    job["spec"]["suspend"] = True  # pods of any A may still drain: only the floor counts
+    # J = 1, so that A = 0 is not also an execution with R = 0 (test_audit_path.py).
+    findings = audit(job, None, [pod_dict(admission=value, restart="1")])
     assert bool(findings) is not bool(CANONICAL.fullmatch(value))
 
 
@@ -564,7 +566,8 @@ def test_two_pods_of_one_slot_under_one_a_and_j_are_a_finding() -> None:
     assert kinds(findings) == [FindingKind.DUPLICATE_POD]
     assert "pods first, rerun all ran node/0/0 with A = 1 and J = 0" in findings[0].reason
     next_attempt = pod_dict("next", completion_index="0", restart="1", uid="4")
-    assert audit(trainjob_dict(jobset_uid=UID), jobset_dict(), [first, next_attempt]) == ()
+    restarted = jobset_dict(restarts=1)  # the JobSet counted the restart the pod runs under
+    assert audit(trainjob_dict(jobset_uid=UID), restarted, [first, next_attempt]) == ()
 
 
 def test_a_running_jobs_pod_below_the_patch_is_stale_but_not_while_held() -> None:

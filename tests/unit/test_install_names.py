@@ -19,7 +19,7 @@ REPO: Final = Path(__file__).resolve().parents[2]
 PACKAGES: Final = tuple(
     sorted(path.name for path in (REPO / "dispatch_k8s").iterdir() if path.is_symlink())
 )
-SOURCES: Final = ("pyproject.toml", "README.md", "bin", "dispatch_k8s", *PACKAGES)
+SOURCES: Final = ("pyproject.toml", "README.md", "LICENSE", "bin", "dispatch_k8s", *PACKAGES)
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +50,15 @@ def test_the_wheel_has_one_top_level_package(wheel: Path) -> None:
         assert f"dispatch_k8s/{package}/__init__.py" in names
     (top_level,) = [name for name in names if name.endswith(".dist-info/top_level.txt")]
     assert zipfile.ZipFile(wheel).read(top_level).decode().split() == ["dispatch_k8s"]
+
+
+def test_the_wheel_carries_its_license(wheel: Path) -> None:
+    archive = zipfile.ZipFile(wheel)
+    (metadata,) = [name for name in archive.namelist() if name.endswith(".dist-info/METADATA")]
+    assert "License-Expression: Apache-2.0" in archive.read(metadata).decode().splitlines()
+    licenses = [name for name in archive.namelist() if name.endswith("licenses/LICENSE")]
+    assert licenses, "the license text is in the wheel"
+    assert archive.read(licenses[0]) == (REPO / "LICENSE").read_bytes()
 
 
 def test_it_installs_beside_other_core_and_steps_packages(wheel: Path, tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from dispatch_k8s.core.trainjob import (
     opened_by_last_raise,
     refusal_error,
     with_admission,
+    with_hold,
 )
 from tests.unit.audit_factories import UID, jobset_dict, trainjob_dict
 
@@ -204,3 +205,26 @@ def test_a_job_open_on_its_own_raise_is_done_and_any_other_is_not() -> None:
     assert opened_by_last_raise(raised_while_suspended) is None, "still suspended"
     by_hand = trainjob_dict()  # open, no record of a raise that opened it
     assert opened_by_last_raise(by_hand) is None
+
+
+# --- hold: suspend, and record J in the same update (issue 24) --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("recorded", "restarts", "written"),
+    [(None, 0, None), (None, 2, "2"), ("1", 3, "3"), ("5", 3, "5"), ("garbage", 3, "garbage")],
+    ids=["none-seen", "first-seen", "raised", "never-lowered", "unreadable-left-to-audit"],
+)
+def test_hold_records_the_highest_j_in_its_one_update(
+    recorded: str | None, restarts: int, written: str | None
+) -> None:
+    job = trainjob_dict(highest_restart=recorded)
+    held = with_hold(job, jobset_dict(restarts=restarts))
+    assert held["spec"]["suspend"] is True
+    assert held["metadata"]["annotations"].get(wire.HIGHEST_RESTART_ANNOTATION) == written
+    assert job["spec"]["suspend"] is False, "the read object is left as it was"
+
+
+def test_hold_without_a_jobset_suspends_only() -> None:
+    held = with_hold(trainjob_dict(), None)
+    assert wire.HIGHEST_RESTART_ANNOTATION not in held["metadata"]["annotations"]

@@ -1,0 +1,206 @@
+"""The audit sees the whole path from the TrainJob to the pod, on the real control plane.
+
+Each edit here is one a team member with the built-in `edit` role (or the steps'
+ServiceAccount) can make to the objects between the TrainJob and the container: a child Job's
+template, another runtime-patch entry, a pod's labels, a Job's owner references. Where no
+policy refuses it (these run where none is installed), the audit flags it (issue 23).
+Also `dispatch-audit --all`: every managed TrainJob of a namespace in one run (issue 24).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from dispatch_k8s.core import wire
+from tests.conftest import Cluster
+from tests.integration.conftest import Step, start_args
+from tests.integration.lifecycle import (
+    BIN,
+    DEADLINE,
+    TRAINER,
+    Kubelet,
+    as_dict,
+    read_trainjob,
+    run_stage,
+)
+from tests.wait import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.policies("none")]
+
+
+def started(step: Step, namespace: str, runtime: str, job_id: str) -> str:
+    result = step("start", *start_args(namespace, runtime, job_id))
+    assert result.code == 0, result.error
+    return str(result.result["name"])
+
+
+def opened(step: Step, kubelet: Kubelet, namespace: str, runtime: str, job_id: str) -> str:
+    name = started(step, namespace, runtime, job_id)
+    assert run_stage(step, "unsuspend", "--namespace", namespace, "--name", name).code == 0
+    kubelet.wait_for_pod(name, restart=0, admission=1)
+    return name
+
+
+def trainer_jobs(api: client.ApiClient, namespace: str, name: str) -> list[dict[str, Any]]:
+    """The TrainJob's trainer child Jobs, once JobSet has made them."""
+
+    def made() -> list[dict[str, Any]] | None:
+        listed = as_dict(
+            client.BatchV1Api(api).list_namespaced_job(
+                namespace, label_selector=f"{wire.JOBSET_NAME_KEY}={name}"
+            )
+        )
+        jobs = [
+            job
+            for job in listed["items"]
+            if job["metadata"]["labels"].get(wire.ANCESTOR_LABEL) == wire.ANCESTOR_TRAINER
+        ]
+        return jobs or None
+
+    return wait_until(made, what=f"the trainer Jobs of {name}", timeout=DEADLINE)
+
+
+def audited(step: Step, namespace: str, name: str) -> str:
+    """The audit's error line, which must be a flag (exit 7)."""
+    result = step("audit", "--namespace", namespace, "--name", name)
+    assert result.code == 7, (result.code, result.error)
+    return result.error
+
+
+def test_j_set_on_a_suspended_child_jobs_template_is_flagged_before_it_runs(
+    step: Step, namespace: str, torch_runtime: str, api_client: client.ApiClient
+) -> None:
+    name = started(step, namespace, torch_runtime, "job-j")
+    (job, *_) = trainer_jobs(api_client, namespace, name)
+    edit = {"spec": {"template": {"metadata": {"labels": {wire.RESTART_ATTEMPT_KEY: "500"}}}}}
+    client.BatchV1Api(api_client).patch_namespaced_job(job["metadata"]["name"], namespace, edit)
+    error = audited(step, namespace, name)
+    assert f"Job {job['metadata']['name']} pod template label" in error
+    assert "is 500, not the Job's own 0" in error
+
+
+def test_a_pod_taken_out_of_the_label_selector_is_still_audited(
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    api_client: client.ApiClient,
+    custom: client.CustomObjectsApi,
+) -> None:
+    name = opened(step, kubelet, namespace, torch_runtime, "hidden")
+    pod = kubelet.wait_for_pod(name, restart=0, admission=1)
+    pod_name = pod["metadata"]["name"]
+    core = client.CoreV1Api(api_client)
+    core.patch_namespaced_pod(
+        pod_name, namespace, {"metadata": {"labels": {wire.JOBSET_NAME_KEY: None}}}
+    )
+    core.patch_namespaced_pod(
+        pod_name, namespace, {"metadata": {"annotations": {wire.ADMISSION_ANNOTATION: "9"}}}
+    )
+    error = audited(step, namespace, name)
+    assert f"pod {pod_name} runs with A = 9" in error
+    annotations = read_trainjob(custom, namespace, name)["metadata"]["annotations"]
+    assert annotations[wire.FOREIGN_ANNOTATION] == wire.FOREIGN
+
+
+def test_a_second_runtime_patch_entry_setting_a_is_flagged(
+    step: Step, namespace: str, torch_runtime: str, custom: client.CustomObjectsApi
+) -> None:
+    name = started(step, namespace, torch_runtime, "second-entry")
+    job = read_trainjob(custom, namespace, name)
+    ours = next(p for p in job["spec"]["runtimePatches"] if p["manager"] == wire.PATCH_MANAGER)
+    theirs = json.loads(json.dumps(ours))
+    theirs.pop("time", None)
+    theirs["manager"] = "someone.example/tweaks"
+    template = theirs["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+    template["template"]["spec"]["template"]["metadata"]["annotations"] = {
+        wire.ADMISSION_ANNOTATION: "700"
+    }
+    job["spec"]["runtimePatches"].insert(0, theirs)
+    custom.replace_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name, job)
+    error = audited(step, namespace, name)
+    assert "(manager someone.example/tweaks) sets pod template metadata annotation" in error
+
+
+def test_a_child_job_whose_owner_references_were_removed_is_flagged(
+    step: Step, namespace: str, torch_runtime: str, api_client: client.ApiClient
+) -> None:
+    name = started(step, namespace, torch_runtime, "orphan")
+    (job, *_) = trainer_jobs(api_client, namespace, name)
+    job_name = job["metadata"]["name"]
+    batch = client.BatchV1Api(api_client)
+    batch.patch_namespaced_job(
+        job_name,
+        namespace,
+        [{"op": "remove", "path": "/metadata/ownerReferences"}],
+    )
+    batch.patch_namespaced_job(
+        job_name, namespace, {"metadata": {"labels": {wire.JOBSET_NAME_KEY: None}}}
+    )
+    error = audited(step, namespace, name)
+    assert f"Job {job_name} runs the trainer but no JobSet owns it" in error
+
+
+def audit_all(control_plane: Cluster, namespace: str) -> tuple[int, list[dict[str, Any]]]:
+    """`dispatch-audit --all`: its exit code and its result lines, one per TrainJob."""
+    done = subprocess.run(
+        [
+            str(BIN / "dispatch-audit"),
+            "--kubeconfig",
+            str(control_plane.kubeconfig),
+            "--namespace",
+            namespace,
+            "--all",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    return done.returncode, [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def test_audit_all_flags_the_reset_job_and_records_the_others(
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    api_client: client.ApiClient,
+    custom: client.CustomObjectsApi,
+    control_plane: Cluster,
+) -> None:
+    clean = opened(step, kubelet, namespace, torch_runtime, "all-clean")
+    reset = opened(step, kubelet, namespace, torch_runtime, "all-reset")
+    never_opened = started(step, namespace, torch_runtime, "all-held")
+    pod = kubelet.wait_for_pod(reset, restart=0, admission=1)
+    client.CoreV1Api(api_client).patch_namespaced_pod(
+        pod["metadata"]["name"],
+        namespace,
+        {"metadata": {"annotations": {wire.ADMISSION_ANNOTATION: None}}},
+    )
+
+    code, lines = audit_all(control_plane, namespace)
+    assert code == 7
+    by_name = {line["name"]: line for line in lines}
+    assert set(by_name) == {clean, reset, never_opened}, "one line per managed TrainJob"
+    assert by_name[reset]["findings"] >= 1
+    assert (by_name[clean]["findings"], by_name[clean]["recorded"]) == (0, True)
+    assert by_name[never_opened]["findings"] == 0
+    flags = {
+        name: read_trainjob(custom, namespace, name)["metadata"]["annotations"].get(
+            wire.FOREIGN_ANNOTATION
+        )
+        for name in by_name
+    }
+    assert flags == {clean: None, reset: wire.FOREIGN, never_opened: None}
+    recorded = read_trainjob(custom, namespace, clean)["metadata"]["annotations"]
+    assert '"r":1' in recorded[wire.LAST_EXECUTION_ANNOTATION], "the clean job's execution"
+
+    code, lines = audit_all(control_plane, namespace)
+    assert code == 7, "the flag stays until a person clears it"
+    assert {line["name"]: line["recorded"] for line in lines}[clean] is False, "nothing new"

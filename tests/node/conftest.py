@@ -4,7 +4,7 @@ pipeline suites' fixtures it shares."""
 from __future__ import annotations
 
 from tests.images.conftest import debian_image, docker_engine, step_image
-from tests.integration.conftest import custom, kueue, step, torch_runtime
+from tests.integration.conftest import custom, kueue, member, step, torch_runtime
 from tests.node.fixtures import real_node_runtime, step_image_on_node, training_images
 from tests.pipelines.conftest import steps_identity
 from tests.pipelines.controller_identity import controller_identity
@@ -15,6 +15,7 @@ __all__ = [
     "debian_image",
     "docker_engine",
     "kueue",
+    "member",
     "real_node_runtime",
     "step",
     "step_image",

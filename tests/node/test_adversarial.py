@@ -10,11 +10,9 @@ an R the job already had, unseen. What each execution saw is what its own proces
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final, Literal
 
 import pytest
@@ -22,10 +20,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core import wire
-from tests.conftest import Cluster
 from tests.integration.conftest import Step
 from tests.integration.lifecycle import JOBSET, as_dict, read_trainjob, run_stage
-from tests.integration.team import team_member
 from tests.node.executions import DEADLINE, TRAINER, printed, start_flags
 from tests.policies import message
 from tests.wait import wait_until
@@ -215,17 +211,6 @@ def refused(edit: Callable[[], None]) -> ApiException | None:
     return None
 
 
-@pytest.fixture
-def member(
-    api_client: client.ApiClient, namespace: str, control_plane: Cluster, tmp_path: Path
-) -> Iterator[client.ApiClient]:
-    api = team_member(
-        api_client, namespace, admin_kubeconfig=control_plane.kubeconfig, work=tmp_path
-    )
-    with contextlib.closing(api):
-        yield api
-
-
 INSTALLS: Final = [
     pytest.param(which, marks=pytest.mark.policies(which), id=which)
     for which in ("all", "guard", "none")
@@ -270,3 +255,37 @@ def test_every_edit_on_the_path_is_refused_or_flagged(
         "annotations"
     ].get(wire.FOREIGN_ANNOTATION)
     assert flag == wire.FOREIGN
+
+
+@pytest.mark.parametrize("installed", INSTALLS)
+def test_a_trainjob_deleted_after_it_ran_is_not_started_again_at_a_0(
+    installed: str,
+    step: Step,
+    namespace: str,
+    real_node_runtime: str,
+    api_client: client.ApiClient,
+    member: client.ApiClient,
+) -> None:
+    """Deleted by the team member once it ran R = 1, the same request would start at A = 0
+    and run R = 1 again: start's ledger refuses it (exit 6) whatever the install."""
+    flags = start_flags(namespace, real_node_runtime, job_id="recreated")
+    started = step("start", *flags)
+    assert started.code == 0, started.error
+    name = started.result["name"]
+    assert run_stage(step, "unsuspend", "--namespace", namespace, "--name", name).code == 0
+    printed(client.CoreV1Api(api_client), namespace, name, restart=0, admission=1)
+    client.CustomObjectsApi(member).delete_namespaced_custom_object(
+        *TRAINER, namespace, "trainjobs", name
+    )
+
+    def gone() -> bool | None:
+        try:
+            read_trainjob(client.CustomObjectsApi(api_client), namespace, name)
+        except ApiException as e:
+            return e.status == 404 or None
+        return None
+
+    wait_until(gone, what=f"TrainJob {name} to be deleted", timeout=DEADLINE)
+    again = step("start", *flags)
+    assert again.code == 6, (installed, again.code, again.error)
+    assert "with a new submission number N" in again.error

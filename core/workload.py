@@ -107,8 +107,8 @@ def owner_replaced(reservation: Reservation, trainjob: Mapping[str, Any]) -> Rep
     """Why `trainjob`, read by the owner's name, is not the TrainJob the Workload belongs to.
 
     A TrainJob deleted and made again under the same name is another job with another UID;
-    its predecessor's Workload waits for the garbage collector, and a raise of the new job
-    for it would be a raise for a reservation the new job never has.
+    Kueue finishes its predecessor's Workload (OwnerNotFound) or the garbage collector deletes
+    it, and a raise of the new job for it would be for a reservation the new job never has.
     """
     uid = trainjob["metadata"].get("uid")
     if uid == reservation.owner_uid:
@@ -247,12 +247,13 @@ def reservation_record(workload: Mapping[str, Any]) -> str:
 
 def _time(value: object) -> datetime | None:
     try:
-        return datetime.fromisoformat(str(value))
+        parsed = datetime.fromisoformat(str(value))
     except ValueError:
         return None
+    return parsed if parsed.tzinfo is not None else None  # the API server's times are UTC
 
 
-def raised_for_reservation(recorded: str | None, workload: Mapping[str, Any]) -> bool:
+def raised_for_reservation(recorded: object, workload: Mapping[str, Any]) -> bool:
     """Whether the TrainJob's raised-for record names the Workload's current reservation.
 
     A record of the format before the evictions count (`<UID> <QuotaReserved time>`, written
@@ -261,7 +262,7 @@ def raised_for_reservation(recorded: str | None, workload: Mapping[str, Any]) ->
     the evicted reservation's, and a second raise is the safe side (README: The reservation
     record).
     """
-    if recorded is None:
+    if not isinstance(recorded, str):
         return False
     if recorded == reservation_record(workload):
         return True

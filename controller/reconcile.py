@@ -103,6 +103,10 @@ class Gatekeeper:
         owner = workload.owner_trainjob(current)
         job = self._read_trainjob(namespace, owner) if owner else None
         decision = gate.decide_gate(current, job, check=check)
+        if isinstance(decision, workload.Replaced):  # a person may wonder why it waits
+            logger.bind(workload=current["metadata"]["name"], reason=decision.reason).info(
+                "owner replaced: not gated"
+            )
         if isinstance(decision, workload.Skip | workload.Finished):
             return None
         if isinstance(decision, Refusal):

@@ -73,12 +73,16 @@ def decide_gate(
 ) -> Gate:
     """What to do for the Workload's current reservation on `check`.
 
-    `job` is the TrainJob that controls the Workload, as read after the Workload (None when
-    no TrainJob controls it, or it is gone).
+    `job` is the TrainJob read by the name of the one that controls the Workload, after the
+    Workload (None when no TrainJob controls it, or it is gone). A TrainJob of that name with
+    another UID is a replacement: the Workload is skipped, neither raised for nor approved.
     """
     reservation = workload.pending_reservation(workload_obj, check=check)
     if not isinstance(reservation, Reservation):
         return reservation
+    replaced = None if job is None else workload.owner_replaced(reservation, job)
+    if replaced is not None:
+        return replaced
     owner = workload.owner_trainjob(workload_obj)
     if job is None or not is_dispatch_managed(job):
         return Approve(reservation, None, not_dispatch_message(workload_obj, owner))
@@ -88,7 +92,8 @@ def decide_gate(
     finished = trainjob.finished_reason(job)
     if finished is not None:
         return Finished(finished)
-    if shapes.annotations_of(job).get(wire.RAISED_FOR_ANNOTATION) != reservation.record:
+    recorded = shapes.annotations_of(job).get(wire.RAISED_FOR_ANNOTATION)
+    if not workload.raised_for_reservation(recorded, workload_obj):
         return RaiseFor(reservation)
     floor = trainjob.admission_floor(job)
     if isinstance(floor, Refusal):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from dispatch_k8s.core import shapes, wire
@@ -22,17 +23,24 @@ CHECK_MANAGER: Final = wire.ADMISSION_CHECK_CONTROLLER  # field manager of our s
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Reservation:
-    """One quota reservation of a Workload, as read before A is raised for it."""
+    """One quota reservation of a Workload, as read before A is raised for it.
+
+    Its record `<Workload UID> <evictions> <QuotaReserved time>` is what a raise for it leaves
+    on the TrainJob. The time alone has one-second resolution; the count of Kueue's evictions
+    tells apart two reservations of one second (README: The reservation record).
+    """
 
     workload: str
     uid: str  # a Workload Kueue replaces is another reservation, whatever its times
+    owner_uid: str | None  # the TrainJob it belongs to: a same-name replacement is another
     resource_version: ResourceVersion  # the approval is preconditioned on it
-    reserved_at: str  # lastTransitionTime of QuotaReserved: tells reservations apart
+    evictions: int  # every eviction Kueue has made of this Workload, whatever its reason
+    reserved_at: str  # lastTransitionTime of QuotaReserved
 
     @property
     def record(self) -> str:
         """What the raise for this reservation records in the TrainJob, for approve."""
-        return f"{self.uid} {self.reserved_at}"
+        return f"{self.uid} {self.evictions} {self.reserved_at}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +48,11 @@ class Skip:
     """Nothing to act on now (not a refusal: a later admission may be)."""
 
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Replaced(Skip):
+    """The TrainJob read by the owner's name is another job of that name: nothing to act on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,16 +86,39 @@ def check_state(workload: Mapping[str, Any], check: str) -> str | None:
     return None
 
 
-def owner_trainjob(workload: Mapping[str, Any]) -> str | None:
-    """The name of the TrainJob that controls this Workload, if a TrainJob does."""
+def _owner(workload: Mapping[str, Any]) -> Mapping[str, Any] | None:
     for owner in shapes.mappings(shapes.at(workload, "metadata").get("ownerReferences")):
         if (
             owner.get("controller")
             and owner.get("kind") == TRAINJOB_KIND
             and str(owner.get("apiVersion", "")).startswith(f"{wire.TRAINER_GROUP}/")
         ):
-            return str(owner.get("name"))
+            return owner
     return None
+
+
+def owner_trainjob(workload: Mapping[str, Any]) -> str | None:
+    """The name of the TrainJob that controls this Workload, if a TrainJob does."""
+    owner = _owner(workload)
+    return None if owner is None else str(owner.get("name"))
+
+
+def owner_replaced(reservation: Reservation, trainjob: Mapping[str, Any]) -> Replaced | None:
+    """Why `trainjob`, read by the owner's name, is not the TrainJob the Workload belongs to.
+
+    A TrainJob deleted and made again under the same name is another job with another UID;
+    Kueue finishes its predecessor's Workload (OwnerNotFound) or the garbage collector deletes
+    it, and a raise of the new job for it would be for a reservation the new job never has.
+    """
+    uid = trainjob["metadata"].get("uid")
+    if uid == reservation.owner_uid:
+        return None
+    name = trainjob["metadata"]["name"]
+    return Replaced(
+        f"TrainJob {name} (UID {uid}) is not the one Workload {reservation.workload} belongs "
+        f"to (UID {reservation.owner_uid}): it was deleted and made again under the same "
+        "name; the old Workload goes with the old job, and the new job gets its own"
+    )
 
 
 def assigned_flavors(workload: Mapping[str, Any]) -> list[str]:
@@ -121,14 +157,22 @@ def _admitted_without(workload: Mapping[str, Any], check: str) -> str:
 
 
 def decide_reservation(
-    workload: Mapping[str, Any], *, trainjob: str, check: str
+    workload: Mapping[str, Any], trainjob: Mapping[str, Any], *, check: str
 ) -> Reservation | Skip | Finished | Refusal:
-    """Whether A should be raised for this Workload's current reservation."""
+    """Whether A should be raised for this Workload's current reservation, for `trainjob`."""
     name = workload["metadata"]["name"]
-    owner = owner_trainjob(workload)
-    if owner != trainjob:
+    job = trainjob["metadata"]["name"]
+    owner = _owner(workload) or {}
+    if owner.get("name") != job:
         return Refusal(
-            f"Workload {name} is controlled by {owner or 'no TrainJob'}, not TrainJob {trainjob}"
+            f"Workload {name} is controlled by {owner.get('name') or 'no TrainJob'}, not "
+            f"TrainJob {job}"
+        )
+    if owner.get("uid") != trainjob["metadata"].get("uid"):
+        # Found by the TrainJob's UID label, yet owned by another UID: nothing to trust.
+        return Refusal(
+            f"Workload {name} is controlled by TrainJob {job} with UID {owner.get('uid')}, "
+            f"not UID {trainjob['metadata'].get('uid')}, the one it is labelled for"
         )
     return pending_reservation(workload, check=check)
 
@@ -169,18 +213,73 @@ def pending_reservation(
             f"{wire.ADMISSION_ANNOTATION} through podSetUpdates, which Kueue applies after this "
             "project's patch and so would override A: remove it from their podSetUpdates"
         )
+    owner = _owner(workload)
     return Reservation(
         workload=name,
         uid=str(workload["metadata"].get("uid")),
+        owner_uid=None if owner is None else str(owner.get("uid")),
         resource_version=ResourceVersion(workload["metadata"]["resourceVersion"]),
+        evictions=evictions(workload),
         reserved_at=str(reserved.get("lastTransitionTime")),
     )
+
+
+def evictions(workload: Mapping[str, Any]) -> int:
+    """How many times Kueue has evicted the Workload: the sum of its per-reason counts.
+
+    Kueue v0.19 counts each eviction in `status.schedulingStats.evictions` (pkg/workload/evict,
+    in the same status patch that sets Evicted) and never lowers or drops a count, so the sum
+    rises with every eviction. A garbled count counts as -1: a record that matches nothing.
+    """
+    stats = shapes.mapping(shapes.at(workload, "status").get("schedulingStats"))
+    counts: list[Any] = [entry.get("count") for entry in shapes.mappings(stats.get("evictions"))]
+    if not all(type(count) is int and count >= 0 for count in counts):
+        return -1
+    return sum(counts)
 
 
 def reservation_record(workload: Mapping[str, Any]) -> str:
     """The record a raise for this Workload's current reservation leaves, as approve sees it."""
     reserved = _condition(workload, "QuotaReserved") or {}
-    return f"{workload['metadata'].get('uid')} {reserved.get('lastTransitionTime')}"
+    at = reserved.get("lastTransitionTime")
+    return f"{workload['metadata'].get('uid')} {evictions(workload)} {at}"
+
+
+def _time(value: object) -> datetime | None:
+    try:
+        parsed = datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None  # the API server's times are UTC
+
+
+def raised_for_reservation(recorded: object, workload: Mapping[str, Any]) -> bool:
+    """Whether the TrainJob's raised-for record names the Workload's current reservation.
+
+    A record of the format before the evictions count (`<UID> <QuotaReserved time>`, written
+    before an upgrade) still names the reservation when the time matches, unless the Workload
+    was re-reserved after an eviction within a second of that time: then the record may be
+    the evicted reservation's, and a second raise is the safe side (README: The reservation
+    record).
+    """
+    if not isinstance(recorded, str):
+        return False
+    if recorded == reservation_record(workload):
+        return True
+    uid, _, at = recorded.partition(" ")
+    reserved = _condition(workload, "QuotaReserved") or {}
+    if " " in at or uid != workload["metadata"].get("uid"):
+        return False
+    if at != reserved.get("lastTransitionTime"):
+        return False
+    # Kueue resets Evicted to False in the update that reserves quota again (SetQuotaReservation).
+    evicted = _condition(workload, "Evicted")
+    if evicted is None:
+        return True
+    reserved_at, reset_at = _time(at), _time(evicted.get("lastTransitionTime"))
+    if reserved_at is None or reset_at is None:
+        return False
+    return not reserved_at <= reset_at <= reserved_at + timedelta(seconds=1)
 
 
 def _checks_setting_admission(workload: Mapping[str, Any], check: str) -> list[str]:
@@ -211,7 +310,7 @@ def decide_approval(
     annotations = shapes.annotations_of(trainjob)
     recorded = annotations.get(wire.RAISED_FOR_ANNOTATION)
     wanted = reservation_record(workload)
-    if recorded != wanted:
+    if not raised_for_reservation(recorded, workload):
         return Refusal(
             f"Workload {name}: A was not raised for this reservation ({wanted}); TrainJob {job} "
             f"records a raise for {recorded or 'none'}: run dispatch-admit for it, then approve "

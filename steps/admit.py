@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from loguru import logger
 
 from dispatch_k8s.core import events, output, trainjob, wire, workload
-from dispatch_k8s.core.errors import Refused, Transient
+from dispatch_k8s.core.errors import PreconditionFailed, Refused, Transient
 from dispatch_k8s.core.gateway import Gateway
 from dispatch_k8s.core.settings import AdmitSettings
 
 
 def _reservation_among(
-    workloads: Iterable[dict[str, Any]], settings: AdmitSettings
+    workloads: Iterable[dict[str, Any]], job: Mapping[str, Any], settings: AdmitSettings
 ) -> workload.Reservation | workload.Skip | workload.Finished:
     skipped = workload.Skip(f"no Workload of TrainJob {settings.name} yet")
     for candidate in workloads:
-        decision = workload.decide_reservation(
-            candidate, trainjob=settings.name, check=settings.check
-        )
+        decision = workload.decide_reservation(candidate, job, check=settings.check)
         if isinstance(decision, trainjob.Refusal):
             raise Refused(decision.reason)
         if isinstance(decision, workload.Reservation | workload.Finished):
@@ -29,6 +27,16 @@ def _reservation_among(
         logger.bind(reason=decision.reason).debug("not yet")
         skipped = decision
     return skipped
+
+
+def _same_owner(found: workload.Reservation, job: Mapping[str, Any]) -> None:
+    """Exit 3 if the TrainJob read afresh is a same-name replacement of the Workload's owner.
+
+    The rerun reads the new TrainJob and gates its own Workload (found by its UID label).
+    """
+    replaced = workload.owner_replaced(found, job)
+    if replaced is not None:
+        raise PreconditionFailed(f"{replaced.reason}: run admit again")
 
 
 def _finished(reason: str) -> output.Result:
@@ -51,7 +59,7 @@ def run(settings: AdmitSettings) -> output.Result:
     selector = f"{wire.KUEUE_JOB_UID_LABEL}={job['metadata']['uid']}"
     if settings.wait:
         watched = gateway.watch_workloads(settings.namespace, selector, timeout=settings.timeout)
-        found = _reservation_among(watched, settings)
+        found = _reservation_among(watched, job, settings)
         if isinstance(found, workload.Finished):
             return _finished(found.reason)
         if isinstance(found, workload.Skip):
@@ -62,7 +70,7 @@ def run(settings: AdmitSettings) -> output.Result:
         listed = gateway.list_workloads(settings.namespace, selector)
         if len(listed) > 1:
             raise Refused(f"TrainJob {settings.name} has {len(listed)} Workloads; expected one")
-        found = _reservation_among(listed, settings)
+        found = _reservation_among(listed, job, settings)
         if isinstance(found, workload.Finished):
             return _finished(found.reason)
         if isinstance(found, workload.Skip):
@@ -80,6 +88,7 @@ def run(settings: AdmitSettings) -> output.Result:
         )
         job = gateway.read_trainjob(settings.namespace, settings.name)
         decision = trainjob.decide_raise(job, jobset)
+    _same_owner(found, job)  # each read of the job above was by name
     if isinstance(decision, trainjob.Refusal):
         raise trainjob.refusal_error(decision)
     written = gateway.update_trainjob(

@@ -62,19 +62,19 @@ class KueueSetup:
         """The cluster-wide name of one of this setup's ResourceFlavors."""
         return f"{self.namespace}-{name}"
 
-    def _install_check(self) -> None:
-        self._create(
-            "admissionchecks",
-            "AdmissionCheck",
-            self.check,
-            {"controllerName": wire.ADMISSION_CHECK_CONTROLLER},
-        )
+    @property
+    def holding_check(self) -> str:
+        """A second AdmissionCheck that no controller serves: it stays Pending for ever."""
+        return f"{self.namespace}-hold"
+
+    def _install_check(self, name: str, controller: str) -> None:
+        self._create("admissionchecks", "AdmissionCheck", name, {"controllerName": controller})
         # The check's controller keeps it Active; without that the ClusterQueue is inactive.
         # This project installs the check once and marks it Active (README: Kueue mode).
         self.custom.patch_cluster_custom_object_status(
             *KUEUE,
             "admissionchecks",
-            self.check,
+            name,
             {
                 "status": {
                     "conditions": [
@@ -98,13 +98,17 @@ class KueueSetup:
         flavors: tuple[str, ...] = ("flavor",),
         check_on_flavors: tuple[str, ...] | None = None,
         with_check: bool = True,
+        holding: bool = False,
     ) -> None:
         """A ClusterQueue gated by this project's AdmissionCheck: `cpu` nominal quota in each
         of `flavors` (tried in order), the check on all of them or on `check_on_flavors`;
-        `with_check=False` makes the same ClusterQueue without any check."""
+        `with_check=False` makes the same ClusterQueue without any check. `holding` adds the
+        `holding_check` too, so a reservation our check approves is never admitted."""
         cluster_queue = f"{self.namespace}-cq"
         if with_check:
-            self._install_check()
+            self._install_check(self.check, wire.ADMISSION_CHECK_CONTROLLER)
+        if holding:
+            self._install_check(self.holding_check, "example.invalid/never-ready")
         for flavor in flavors:
             self._create("resourceflavors", "ResourceFlavor", self.flavor(flavor), None)
         for name, value in (priorities or {}).items():
@@ -119,6 +123,7 @@ class KueueSetup:
         check: dict[str, Any] = {"name": self.check}
         if check_on_flavors is not None:
             check["onFlavors"] = [self.flavor(flavor) for flavor in check_on_flavors]
+        checks = [check, *([{"name": self.holding_check}] if holding else [])]
         self._create(
             "clusterqueues",
             "ClusterQueue",
@@ -140,7 +145,7 @@ class KueueSetup:
                     }
                 ],
                 "preemption": {"withinClusterQueue": "LowerPriority"},
-                **({"admissionChecksStrategy": {"admissionChecks": [check]}} if with_check else {}),
+                **({"admissionChecksStrategy": {"admissionChecks": checks}} if with_check else {}),
             },
         )
         self.custom.create_namespaced_custom_object(

@@ -12,13 +12,14 @@ from dispatch_k8s.core.gate import Approve, RaiseFor
 from dispatch_k8s.core.trainjob import Refusal
 from dispatch_k8s.core.workload import Finished, Skip, reservation_record
 from tests.unit.audit_factories import trainjob_dict
-from tests.unit.test_workload import CHECK, workload_dict
+from tests.unit.test_workload import CHECK, OWNER_UID, workload_dict
 
 
 def dispatch_job(*, raised_for: str | None = None, floor: str = "1", **fields: Any) -> Any:
     job = trainjob_dict(floor=floor, **fields)
     job["spec"]["suspend"] = True
     job["metadata"]["name"] = "train-1"
+    job["metadata"]["uid"] = OWNER_UID
     job["metadata"]["labels"] = {wire.MANAGED_BY_LABEL: wire.MANAGED_BY}
     if raised_for is not None:
         job["metadata"]["annotations"][wire.RAISED_FOR_ANNOTATION] = raised_for
@@ -44,6 +45,7 @@ def test_a_reservation_already_raised_for_is_approved_with_that_a_and_no_second_
 def other_teams_job() -> Any:
     job = trainjob_dict(floor=None, patched=False)
     job["spec"]["suspend"] = True
+    job["metadata"]["uid"] = OWNER_UID
     return job
 
 
@@ -126,3 +128,27 @@ def test_a_dispatch_trainjob_that_lost_some_of_its_marks_is_still_raised_for(kep
     assert gate.is_dispatch_managed(job)
     decision = gate.decide_gate(workload_dict(), job, check=CHECK)
     assert not isinstance(decision, Approve), "never approved with A unchanged"
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        dispatch_job(),
+        dispatch_job(raised_for=reservation_record(workload_dict())),
+        other_teams_job(),
+    ],
+    ids=["not-raised-for", "raised-for-already", "not-dispatch-managed"],
+)
+def test_a_workload_of_a_trainjob_replaced_under_its_name_is_skipped(job: Any) -> None:
+    """The TrainJob is read by the owner's name: one with another UID is a replacement, and
+    the old Workload is neither raised for in the new job nor approved."""
+    job["metadata"]["uid"] = "new-job-uid"
+    decision = gate.decide_gate(workload_dict(), job, check=CHECK)
+    assert isinstance(decision, Skip)
+    assert "deleted and made again under the same name" in decision.reason
+
+
+def test_an_eviction_within_the_second_of_the_raise_is_raised_for_again() -> None:
+    raised = dispatch_job(raised_for=reservation_record(workload_dict()), floor="4", admission="4")
+    again = workload_dict(evictions=[("Preempted", 1)], evicted="False")
+    assert isinstance(gate.decide_gate(again, raised, check=CHECK), RaiseFor)

@@ -28,7 +28,7 @@ from dispatch_k8s.core.settings import (
 )
 from tests.unit.audit_factories import jobset_dict, pod_dict, trainjob_dict
 from tests.unit.fuzz import JSON_VALUES, leaf_paths, with_value
-from tests.unit.test_workload import CHECK, workload_dict
+from tests.unit.test_workload import CHECK, OWNER, workload_dict
 
 STEPS: dict[str, type[StepSettings]] = {
     "start": StartSettings,
@@ -159,7 +159,7 @@ def test_any_workload_status_is_a_reservation_a_skip_or_a_refusal(
     where: list[str | int], value: Any
 ) -> None:
     changed = with_value(WORKLOAD, where, value)
-    decision = workload.decide_reservation(changed, trainjob="train-1", check=CHECK)
+    decision = workload.decide_reservation(changed, OWNER, check=CHECK)
     assert isinstance(
         decision, workload.Reservation | workload.Skip | workload.Finished | trainjob.Refusal
     )

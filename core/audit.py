@@ -72,6 +72,7 @@ class FindingKind(StrEnum):
     STALE_POD = "stale-pod"  # a running job's pod whose A is not the patch's
     JOBSET_SPEC = "jobset-spec"  # the live JobSet holds a setting the runtime rules refuse
     RUNTIME_CHANGED = "runtime-changed"  # the runtime was edited, replaced or deleted since start
+    UNRAISED_OPENING = "unraised-opening"  # open at a generation no raise covers (core.opening)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

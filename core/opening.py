@@ -7,13 +7,17 @@ suspended (Kueue writes its pod-set patch in one update and opens in the next). 
 itself changes the spec, so it moves the generation on by one: a job opened on a raise is
 open at a generation of at most the record + 1.
 
-Nothing else moves the generation of an open job: Trainer makes `runtimeRef`, `trainer`,
-`initializer`, `managedBy` and `activeDeadlineSeconds` immutable and refuses any
-`runtimePatches` change unless the job is suspended before or after the update, and
-metadata writes (the audit's records among them) leave the generation alone
-(tests/integration/test_auditor.py checks this on the real API server). So an open job past
-the record + 1 was suspended and opened again without a raise: its execution began with an R
-the job already had. It needs no earlier observation: the objects as they are now tell it.
+Almost nothing else moves the generation of an open job: Trainer makes `runtimeRef`,
+`trainer`, `initializer` and `managedBy` immutable and refuses any `runtimePatches` change
+unless the job is suspended before or after the update, and metadata writes (the audit's
+records among them) leave the generation alone. The one exception is
+`activeDeadlineSeconds`: it can be set on a running job and removed again (its CEL rule binds
+only while it is set), each a generation more, which the TrainJob cannot tell from an
+opening. `dispatch-start` never sets it, and on expiry Trainer deletes the JobSet (J begins
+again), so such an edit is flagged too, and the reason says so (tests/integration/
+test_auditor.py shows all of this on the real API server). So an open job past the record + 1
+was opened again without a raise (or had its deadline edited while running): its execution
+may have begun with an R the job already had. It needs no earlier observation.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from dispatch_k8s.core.wire import OPEN_UNTIL_GENERATION_ANNOTATION
 _RECORD: Final = re.compile(r"[0-9]{1,18}")
 _HOW: Final = (
     "the job was opened without a raise of A (not by dispatch-unsuspend or the dispatch "
-    "admission check), so this execution may repeat an R the job already had"
+    "admission check), so this execution may repeat an R the job already had (or, the one "
+    "other way, spec.activeDeadlineSeconds was set or removed while it ran)"
 )
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from dispatch_k8s.controller import streams
 from dispatch_k8s.controller.auditor import (
     FIRST_BACKOFF,
     MAX_BACKOFF,
@@ -77,3 +78,25 @@ def test_backoff_doubles_from_the_first_up_to_the_cap() -> None:
     assert delays[0] == FIRST_BACKOFF
     assert all(b == min(MAX_BACKOFF, 2 * a) for a, b in itertools.pairwise(delays))
     assert delays[-1] == MAX_BACKOFF
+
+
+def test_whole_lists_tells_each_list_at_once_and_a_list_begun_again_afresh() -> None:
+    def item(name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name}}
+
+    events = [
+        (streams.LISTING, {}),
+        (streams.LISTED, item("a")),  # a list cut half-way: begun again
+        (streams.LISTING, {}),
+        (streams.LISTED, item("a")),
+        (streams.LISTED, item("b")),
+        (streams.SYNCED, {}),
+        ("MODIFIED", item("b")),
+        (streams.LISTING, {}),
+        (streams.SYNCED, {}),
+    ]
+    assert list(streams.whole_lists(iter(events))) == [
+        (streams.LISTED, {"items": [item("a"), item("b")]}),
+        ("MODIFIED", item("b")),
+        (streams.LISTED, {"items": []}),
+    ]

@@ -37,6 +37,7 @@ STORIES = [
     ("opened by hand, never raised", False, 2, None, True),
     ("suspend unset (Trainer's default false) and never raised", None, 2, None, True),
     ("held and released by hand long after", False, 40, "2", True),
+    ("Kueue opened on the raise, then activeDeadlineSeconds set", False, 5, "3", True),
 ]
 
 

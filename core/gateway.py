@@ -415,11 +415,6 @@ class Gateway:
                 )
                 return
 
-    def list_all(self, resource: Resource, namespace: str | None = None) -> dict[str, Any]:
-        """LIST a whole collection, cluster-wide when `namespace` is None (one request)."""
-        path = _custom_path(resource.group, resource.version, namespace, resource.plural)
-        return self._get(path, what=f"{resource.plural} in {namespace or 'all namespaces'}")
-
     def list_items(
         self,
         resource: Resource,

@@ -12,7 +12,7 @@ from typing import Any
 
 from loguru import logger
 
-from dispatch_k8s.core import audit, events, trainjob, wire
+from dispatch_k8s.core import audit, events, opening, trainjob, wire
 from dispatch_k8s.core.gateway import Gateway
 
 
@@ -47,6 +47,9 @@ def audit_trainjob(gateway: Gateway, namespace: str, name: str, *, step: str) ->
     jobs = gateway.list_jobs(namespace, selector)
     pods = gateway.list_pods(namespace, selector)
     findings, observed = audit.decide_audit(job, jobset, pods=pods, runtime_now=runtime, jobs=jobs)
+    unraised = opening.decide_unraised_opening(job)
+    if unraised is not None:  # first: it says how the execution the others describe began
+        findings = (unraised, *findings)
     changes = audit.decide_annotations(job, findings, jobset=jobset, observed=observed)
     version: str = job["metadata"]["resourceVersion"]
     if changes:

@@ -16,7 +16,7 @@ from typing import Any, Final
 import pytest
 from kubernetes import client
 
-from dispatch_k8s.core import wire
+from dispatch_k8s.core import events, wire
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args
 from tests.integration.controller import replicas
@@ -34,6 +34,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.policies("none")]
 # Long enough that only a watch event, not a resync, can make the auditor look in time.
 NO_RESYNC: Final = ("--resync-seconds", "600")
 DETECTED: Final = 30.0  # seconds: a watch event to the flag, on two shared cores
+UNRAISED: Final = "is open (spec.suspend is not true) at metadata.generation"
 
 
 @pytest.fixture
@@ -62,6 +63,93 @@ def opened(step: Step, kubelet: Kubelet, namespace: str, runtime: str, job_id: s
     assert (done.code, done.result.get("admission")) == (0, 1), done.error
     kubelet.wait_for_pod(name, restart=0, admission=1)
     return name
+
+
+def held_and_released_by_hand(
+    step: Step, member: client.CustomObjectsApi, namespace: str, name: str
+) -> None:
+    """Hold with dispatch-hold, then open again by hand: the opening raises nothing."""
+    held = run_stage(step, "hold", "--namespace", namespace, "--name", name)
+    assert held.code == 0, held.error
+    member.patch_namespaced_custom_object(
+        *TRAINER, namespace, "trainjobs", name, {"spec": {"suspend": False}}
+    )
+
+
+def flagged(custom: client.CustomObjectsApi, namespace: str, name: str, *, what: str) -> str:
+    """The foreign cause, once the controller has flagged the TrainJob with `what` in it."""
+
+    def found() -> str | None:
+        current = annotations_on(custom, namespace, name)
+        cause = current.get(wire.FOREIGN_CAUSE_ANNOTATION, "")
+        return cause if current.get(wire.FOREIGN_ANNOTATION) == "true" and what in cause else None
+
+    return wait_until(found, what=f"the controller to flag {name} ({what})", timeout=DETECTED)
+
+
+def warning_events(api_client: client.ApiClient, namespace: str, name: str) -> list[str]:
+    listed = client.CoreV1Api(api_client).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name}"
+    )
+    return [
+        str(event.message)
+        for event in listed.items
+        if event.type == "Warning" and event.reason == events.FLAGGED
+    ]
+
+
+def test_a_release_by_hand_after_a_hold_is_flagged_as_an_opening_no_raise_covers(
+    control_plane: Cluster,
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    custom: client.CustomObjectsApi,
+    member: client.CustomObjectsApi,
+    api_client: client.ApiClient,
+    tmp_path: Path,
+) -> None:
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "auditor", extra=NO_RESYNC) as (
+        auditor,
+    ):
+        name = opened(step, kubelet, namespace, torch_runtime, "by-hand")
+        held_and_released_by_hand(step, member, namespace, name)
+        cause = flagged(custom, namespace, name, what=UNRAISED)
+        job = read_trainjob(custom, namespace, name)
+        assert f"at metadata.generation {job['metadata']['generation']}" in cause
+        assert job["spec"]["suspend"] is False, "the auditor never stops a job"
+        assert auditor.metric("dispatch_admission_findings_total", 'kind="unraised-opening"') >= 1
+        assert auditor.metric("dispatch_admission_detection_latency_seconds_count") >= 1
+        wait_until(
+            lambda: any(UNRAISED in m for m in warning_events(api_client, namespace, name)) or None,
+            what=f"a {events.FLAGGED} Warning Event on {name}",
+            timeout=DETECTED,
+        )
+        assert auditor.stop() == 0
+    # No audit step ran: the flag is the controller's.
+    assert any(r["message"] == "flagged foreign" for r in auditor.records())
+
+
+def test_an_opening_by_hand_is_flagged_even_if_the_first_execution_was_never_seen(
+    control_plane: Cluster,
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    custom: client.CustomObjectsApi,
+    member: client.CustomObjectsApi,
+    tmp_path: Path,
+) -> None:
+    name = opened(step, kubelet, namespace, torch_runtime, "unseen")
+    assert run_stage(step, "hold", "--namespace", namespace, "--name", name).code == 0
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "late", extra=NO_RESYNC):
+        member.patch_namespaced_custom_object(
+            *TRAINER, namespace, "trainjobs", name, {"spec": {"suspend": False}}
+        )
+        cause = flagged(custom, namespace, name, what=UNRAISED)
+    # Nothing recorded the first execution, so only the opening itself could tell it.
+    assert "already had" in cause
+    assert "which the execution of pod UID" not in cause
 
 
 def test_a_jobset_restart_is_recorded_at_once_without_an_audit_run(
@@ -127,6 +215,26 @@ def test_a_controller_restarted_mid_way_records_the_j_that_rose_while_it_was_dow
         # Its first list, not a watch event, shows the new replica what happened.
         recorded_restart(custom, namespace, name, 1)
     assert wire.FOREIGN_ANNOTATION not in annotations_on(custom, namespace, name)
+
+
+def test_a_controller_restarted_mid_way_flags_a_release_by_hand_made_while_it_was_down(
+    control_plane: Cluster,
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    custom: client.CustomObjectsApi,
+    member: client.CustomObjectsApi,
+    tmp_path: Path,
+) -> None:
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "first") as (first,):
+        name = opened(step, kubelet, namespace, torch_runtime, "down")
+        recorded_execution(custom, namespace, name, 1)
+        first.kill()
+    held_and_released_by_hand(step, member, namespace, name)
+    assert wire.FOREIGN_ANNOTATION not in annotations_on(custom, namespace, name)
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "second", extra=NO_RESYNC):
+        flagged(custom, namespace, name, what=UNRAISED)
 
 
 def spec_changes(job: dict[str, Any]) -> dict[str, dict[str, Any]]:

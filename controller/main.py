@@ -3,7 +3,9 @@
 Level-triggered: each namespace's (or the cluster's) Workloads are listed, then watched,
 and listed again every resync; whatever a watch said or missed, each Workload that lists
 one of our checks goes into a work queue, and a bounded pool of workers gates each from a
-fresh read. Only the replica that holds the Lease lists, watches and writes.
+fresh read. Only the replica that holds the Lease lists, watches and writes. With --audit
+(the default) the leader also runs the auditor (controller/auditor.py): every managed
+TrainJob audited as it, its JobSet, Jobs or pods change.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from typing import Any, Final
 
 from loguru import logger
 
-from dispatch_k8s.controller import serve
+from dispatch_k8s.controller import serve, streams
+from dispatch_k8s.controller.auditor import Auditor
 from dispatch_k8s.controller.leader import Elector
 from dispatch_k8s.controller.queue import WorkQueue
 from dispatch_k8s.controller.reconcile import Gatekeeper
 from dispatch_k8s.core import gate, output, workload
-from dispatch_k8s.core.errors import BadInput, DispatchError, Expired
+from dispatch_k8s.core.errors import BadInput, DispatchError
 from dispatch_k8s.core.gateway import (
     ADMISSION_CHECK_RESOURCE,
     WORKLOAD_RESOURCE,
@@ -35,8 +38,9 @@ from dispatch_k8s.core.gateway import (
 from dispatch_k8s.core.settings import ControllerSettings, load_settings
 
 PROG: Final = "dispatch-admission-controller"
-RELIST_BACKOFF: Final = 2.0  # seconds after a failed list or watch
+RELIST_BACKOFF: Final = streams.RELIST_BACKOFF
 Key = tuple[str, str]
+Event = streams.Event
 
 
 class Leading:
@@ -59,9 +63,12 @@ class Leading:
             gateway, checks=lambda: self._checks, other_workloads=settings.other_workloads
         )
         self._threads: list[threading.Thread] = []
+        self.auditor = Auditor(gateway, settings, ended=self.ended) if settings.audit else None
 
     def start(self) -> None:
-        """Start the watches and the workers."""
+        """Start the watches and the workers (and the auditor's)."""
+        if self.auditor is not None:
+            self.auditor.start()
         self._spawn("checks", self._watch_checks)
         scopes: list[str | None] = [*self._settings.namespaces] or [None]
         for namespace in scopes:
@@ -81,31 +88,23 @@ class Leading:
         for thread in self._threads:
             if thread.name.startswith("worker"):
                 thread.join(timeout)
+        if self.auditor is not None:
+            self.auditor.end(timeout=timeout)
         self.gatekeeper.close()
 
     # Watches
 
-    def _list_and_watch(
-        self, resource: Resource, namespace: str | None
-    ) -> Iterator[tuple[str, dict[str, Any]]]:
+    def _list_and_watch(self, resource: Resource, namespace: str | None) -> Iterator[Event]:
         """("LISTED", list) once per resync, then the watch's events, until the term ends."""
-        while not self.ended.is_set():
-            try:
-                listed = self._gateway.list_all(resource, namespace)
-                yield "LISTED", listed
-                version = listed["metadata"]["resourceVersion"]
-                while not self.ended.is_set():
-                    for kind, obj in self._gateway.watch_all(
-                        resource, namespace, version=version, timeout=self._settings.resync_seconds
-                    ):
-                        version = obj.get("metadata", {}).get("resourceVersion", version)
-                        yield kind, obj
-                    break  # the server ended the watch at the resync: list again
-            except Expired:
-                continue
-            except DispatchError as e:
-                logger.bind(resource=resource.plural, error=str(e)).warning("list/watch failed")
-                self.ended.wait(RELIST_BACKOFF)
+        return streams.whole_lists(
+            streams.list_and_watch(
+                self._gateway,
+                resource,
+                namespace,
+                ended=self.ended,
+                resync_seconds=self._settings.resync_seconds,
+            )
+        )
 
     def _watch_checks(self) -> None:
         checks: dict[str, dict[str, Any]] = {}
@@ -243,10 +242,14 @@ def main() -> None:
         settings = load_settings(
             ControllerSettings, prog=PROG, argv=sys.argv[1:], about=ABOUT, example=EXAMPLE
         )
-        if settings.workers < 1 or settings.resync_seconds <= 0 or settings.lease_seconds < 3:
+        if (
+            min(settings.workers, settings.audit_workers) < 1
+            or settings.resync_seconds <= 0
+            or settings.lease_seconds < 3
+        ):
             raise BadInput(
-                f"{PROG}: --workers must be at least 1, --resync-seconds above 0 and "
-                "--lease-seconds at least 3"
+                f"{PROG}: --workers and --audit-workers must be at least 1, --resync-seconds "
+                "above 0 and --lease-seconds at least 3"
             )
         code = run(settings)
     except DispatchError as e:
@@ -256,8 +259,8 @@ def main() -> None:
 
 
 ABOUT = (
-    "Kueue admission-check controller: gates every Workload of the AdmissionChecks of\n"
-    f"controllerName {workload.CHECK_MANAGER}: raises A once per reservation, then approves it."
+    f"Kueue admission-check controller for controllerName {workload.CHECK_MANAGER}: raises A once\n"
+    "per reservation, then approves it; audits every managed TrainJob as it changes (--audit)."
 )
 EXAMPLE = f"""\
 {PROG} --lease-namespace dispatch-system --address 0.0.0.0:8080 --workers 8

@@ -27,6 +27,30 @@ RESERVED_TO_APPROVED: Final = Histogram(
     "From when the controller first saw a reservation pending on its check to its approval.",
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
 )
+AUDITS: Final = Counter(
+    f"{PREFIX}_audits",
+    "Audit passes of a managed TrainJob, by outcome: clean (nothing written), recorded (J or "
+    "an execution recorded), flagged (findings), conflict (changed meanwhile: again), gone, "
+    "transient, error.",
+    ["outcome"],
+)
+FINDINGS: Final = Counter(
+    f"{PREFIX}_findings",
+    "Audit findings, by kind, each counted when a pass first sees the TrainJob's findings so.",
+    ["kind"],
+)
+WATCHED: Final = Gauge(
+    f"{PREFIX}_watched_objects",
+    "Objects the auditor lists and watches, by kind (trainjobs, jobsets, jobs, pods).",
+    ["kind"],
+)
+DETECTION: Final = Histogram(
+    f"{PREFIX}_detection_latency_seconds",
+    "From the arrival of the first watch event (or list) that showed a change to a TrainJob, "
+    "its JobSet, a Job or a pod, to the audit's update that flagged the TrainJob foreign.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
+)
+AUDIT_QUEUE_DEPTH: Final = Gauge(f"{PREFIX}_audit_queue_depth", "TrainJobs waiting for an audit.")
 LEADER: Final = Gauge(f"{PREFIX}_leader", "1 while this replica holds the leader Lease.")
 QUEUE_DEPTH: Final = Gauge(f"{PREFIX}_queue_depth", "Workloads waiting for a worker.")
 

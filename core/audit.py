@@ -80,6 +80,7 @@ class FindingKind(StrEnum):
     ORPHANED = "orphaned"  # a Job or pod runs the trainer outside the JobSet's count of J
     ZERO_R = "zero-r"  # an execution began with R = 0: before any raise of A
     RESTART_BELOW = "restart-below-highest"  # J below the highest recorded, A not raised past it
+    UNRAISED_OPENING = "unraised-opening"  # open at a generation no raise covers (core.opening)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

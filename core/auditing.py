@@ -18,7 +18,7 @@ from typing import Any
 
 from loguru import logger
 
-from dispatch_k8s.core import audit, events, gate, ownership, shapes, trainjob, wire
+from dispatch_k8s.core import audit, events, gate, opening, ownership, shapes, trainjob, wire
 from dispatch_k8s.core.errors import DispatchError, NotFound
 from dispatch_k8s.core.gateway import Gateway
 
@@ -152,6 +152,9 @@ def _record(
     """The audit's one update of a TrainJob (if anything changes), then its Events."""
     job = audited.trainjob
     findings, observed = audited.audit.result(jobset_after=jobset_after)
+    unraised = opening.decide_unraised_opening(job)
+    if unraised is not None:  # first: it says how the execution began
+        findings = (unraised, *findings)
     changes = audit.decide_annotations(job, findings, jobset=audited.jobset, observed=observed)
     version: str = job["metadata"]["resourceVersion"]
     bound = logger.bind(trainjob=audited.name)

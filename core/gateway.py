@@ -87,6 +87,10 @@ class Resource:
 
 WORKLOAD_RESOURCE: Final = Resource(wire.KUEUE_GROUP, wire.KUEUE_VERSION, WORKLOADS)
 ADMISSION_CHECK_RESOURCE: Final = Resource(wire.KUEUE_GROUP, wire.KUEUE_VERSION, ADMISSION_CHECKS)
+TRAINJOB_RESOURCE: Final = Resource(wire.TRAINER_GROUP, wire.TRAINER_VERSION, TRAINJOBS)
+JOBSET_RESOURCE: Final = Resource(wire.JOBSET_GROUP, wire.JOBSET_VERSION, JOBSETS)
+JOB_RESOURCE: Final = Resource("batch", "v1", "jobs")
+POD_RESOURCE: Final = Resource("", "v1", "pods")
 
 
 def _status_message(error: ApiException) -> str:
@@ -387,8 +391,7 @@ class Gateway:
 
     def list_jobsets(self, namespace: str) -> Iterator[dict[str, Any]]:
         """LIST the namespace's JobSets page by page."""
-        path = _custom_path(wire.JOBSET_GROUP, wire.JOBSET_VERSION, namespace, JOBSETS)
-        return self._pages(path, "JobSets", namespace, None)
+        return self.list_items(JOBSET_RESOURCE, namespace, rest={})
 
     def poll(
         self, read: Callable[[], T], done: Callable[[T], bool], *, timeout: float, what: str
@@ -443,13 +446,48 @@ class Gateway:
                 )
                 return
 
-    def list_all(self, resource: Resource, namespace: str | None = None) -> dict[str, Any]:
-        """LIST a whole collection, cluster-wide when `namespace` is None (one request)."""
+    def list_items(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        *,
+        label_selector: str = "",
+        rest: dict[str, Any],
+    ) -> Iterator[dict[str, Any]]:
+        """LIST page by page (kubectl's page size), each item decoded and passed on alone.
+
+        Memory stays one page of text and one object whatever the collection's size. Once
+        the iteration ends, `rest` holds the last page's other members: its
+        `metadata.resourceVersion` is the list's, to watch from. A page whose continue token
+        expired (410) is Transient: list again from the start.
+        """
         path = _custom_path(resource.group, resource.version, namespace, resource.plural)
-        return self._get(path, what=f"{resource.plural} in {namespace or 'all namespaces'}")
+        what = f"{resource.plural} in {namespace or 'all namespaces'}"
+        if label_selector:
+            what = f"{what} ({label_selector})"
+        token: str | None = None
+        while True:
+            query: list[tuple[str, str | int | bool]] = [("limit", PAGE_SIZE)]
+            if label_selector:
+                query.append(("labelSelector", label_selector))
+            if token:
+                query.append(("continue", token))
+            text = _call(functools.partial(self._text, "GET", path, query=query), what=what)
+            rest.clear()
+            yield from (as_object(item) for item in iter_list_items(text, rest))
+            del text
+            token = shapes.mapping(rest.get("metadata")).get("continue")
+            if not token:
+                return
 
     def watch_all(
-        self, resource: Resource, namespace: str | None, *, version: str, timeout: float
+        self,
+        resource: Resource,
+        namespace: str | None,
+        *,
+        version: str,
+        timeout: float,
+        label_selector: str = "",
     ) -> Iterator[tuple[str, dict[str, Any]]]:
         """The collection's changes after `version`, as (type, object), BOOKMARKs included.
 
@@ -457,7 +495,7 @@ class Gateway:
         old to watch from (list again), Transient when the connection is lost.
         """
         path = _custom_path(resource.group, resource.version, namespace, resource.plural)
-        return self._watch(path, version=version, timeout=timeout)
+        return self._watch(path, version=version, timeout=timeout, label_selector=label_selector)
 
     def _watch(
         self, path: str, *, version: str, timeout: float, label_selector: str = ""
@@ -595,43 +633,23 @@ class Gateway:
     def list_pods(
         self, namespace: str, label_selector: str | None = None
     ) -> Iterator[dict[str, Any]]:
-        """LIST pods page by page (kubectl's page size), so a large JobSet never loads at once.
+        """LIST pods page by page (`list_items`), so a large JobSet never loads at once.
 
-        Each page's body is decoded one pod at a time (`iter_list_items`), and each pod is
-        dropped once it is passed on: memory stays one page of text and one pod of objects
-        whatever the pod count, and what the audit keeps per pod is not scattered among a
-        whole page's freed objects. No field selector narrows the list: the audit reads
-        finished pods too (their J, their slot), so none would be exact.
+        Each pod is dropped once it is passed on, so what the audit keeps per pod is not
+        scattered among a whole page's freed objects. No field selector narrows the list: the
+        audit reads finished pods too (their J, their slot), so none would be exact.
         """
-        return self._pages(
-            _custom_path("", "v1", namespace, "pods"), "pods", namespace, label_selector
+        return self.list_items(
+            POD_RESOURCE, namespace, label_selector=label_selector or "", rest={}
         )
 
     def list_trainjobs(
         self, namespace: str, label_selector: str | None = None
     ) -> Iterator[dict[str, Any]]:
         """LIST the namespace's TrainJobs page by page."""
-        path = _custom_path(wire.TRAINER_GROUP, wire.TRAINER_VERSION, namespace, "trainjobs")
-        return self._pages(path, "TrainJobs", namespace, label_selector)
-
-    def _pages(
-        self, path: str, kind: str, namespace: str, label_selector: str | None
-    ) -> Iterator[dict[str, Any]]:
-        what = f"{kind} {namespace} ({label_selector or 'all'})"
-        token: str | None = None
-        while True:
-            query: list[tuple[str, str | int | bool]] = [("limit", PAGE_SIZE)]
-            if label_selector:
-                query.append(("labelSelector", label_selector))
-            if token:
-                query.append(("continue", token))
-            text = _call(functools.partial(self._text, "GET", path, query=query), what=what)
-            rest: dict[str, Any] = {}
-            yield from iter_list_items(text, rest)
-            del text
-            token = shapes.mapping(rest.get("metadata")).get("continue")
-            if not token:
-                return
+        return self.list_items(
+            TRAINJOB_RESOURCE, namespace, label_selector=label_selector or "", rest={}
+        )
 
 
 _WHITESPACE: Final = re.compile(r"[ \t\n\r]*")

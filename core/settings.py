@@ -592,14 +592,14 @@ class ApproveSettings(StepSettings):
 
 
 class ControllerSettings(ClusterSettings):
-    """`dispatch-admission-controller`: gate every Workload of this project's checks."""
+    """`dispatch-admission-controller`: gate every Workload of this project's checks, audit."""
 
     namespaces: Annotated[
         list[str],
         doc(
-            "Gate the Workloads of these namespaces only (repeat the flag, or a comma-separated "
-            "list); the controller then lists and watches each namespace, and needs Workload "
-            "RBAC only there.",
+            "Gate the Workloads (and audit the TrainJobs) of these namespaces only (repeat the "
+            "flag, or a comma-separated list); the controller then lists and watches each "
+            "namespace, and needs Workload (and auditor) RBAC only there.",
             metavar="NAMESPACE",
             default="every namespace",
         ),
@@ -614,10 +614,29 @@ class ControllerSettings(ClusterSettings):
     resync_seconds: Annotated[
         float,
         doc(
-            "How often every Workload is listed and looked at again, whatever the watch said.",
+            "How often every Workload (and, auditing, every managed TrainJob, JobSet, Job and "
+            "pod) is listed and looked at again, whatever the watch said.",
             metavar="SECONDS",
         ),
     ] = 60.0
+    audit: Annotated[
+        bool,
+        doc(
+            "Audit every TrainJob labelled app.kubernetes.io/managed-by=dispatch-k8s as it, "
+            "its JobSet, Jobs or pods change (the audit dispatch-audit makes): record each "
+            "J and execution as it begins, flag findings foreign with a Warning Event, never "
+            "stop a job; needs the auditor's RBAC (list and watch TrainJobs, JobSets, Jobs and "
+            "pods). --no-audit turns it off.",
+            default="on",
+        ),
+    ] = True
+    audit_workers: Annotated[
+        int,
+        doc(
+            "How many TrainJobs are audited at once (each TrainJob by one worker at a time).",
+            metavar="N",
+        ),
+    ] = 2
     other_workloads: Annotated[
         Literal["approve", "leave"],
         doc(

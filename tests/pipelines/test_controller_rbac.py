@@ -198,6 +198,19 @@ def test_the_shipped_identity_runs_the_controller(
             return events.RAISED in {event.reason for event in recorded.items} or None
 
         wait_until(raised_event, what=f"an {events.RAISED} Event on {name}", timeout=30)
+
+        # trainjobs list/watch/update, jobsets, jobs and pods list/watch, runtimes get: the
+        # auditor records the execution that began on the pod Kubernetes made, unasked.
+        def recorded() -> str | None:
+            annotations = read_trainjob(custom, namespace, name)["metadata"]["annotations"]
+            value = annotations.get(wire.LAST_EXECUTION_ANNOTATION)
+            return str(value) if value else None
+
+        execution = wait_until(recorded, what=f"the auditor to record {name}'s execution")
+        assert '"r":1' in execution
+        assert replica.metric("dispatch_admission_audits_total", 'outcome="recorded"') >= 1
+        assert replica.metric("dispatch_admission_audits_total", 'outcome="error"') == 0
+        assert replica.metric("dispatch_admission_watched_objects", 'kind="trainjobs"') == 1
         assert replica.stop() == 0
     # Nothing it tried was refused.
     refused = [r for r in replica.records() if "403" in json.dumps(r)]
@@ -230,6 +243,13 @@ def test_the_controller_identity_can_do_nothing_more(
         leases = client.CoordinationV1Api(api)
         # What it may do, to show the refusals below are not a broken token.
         assert read_trainjob(custom, namespace, name)["metadata"]["name"] == name
+        # The auditor's reads: what it lists and watches, cluster-wide.
+        listed = custom.list_namespaced_custom_object(*TRAINER, namespace, "trainjobs")
+        assert isinstance(listed, dict)
+        assert [item["metadata"]["name"] for item in listed["items"]] == [name]
+        assert core.list_pod_for_all_namespaces(limit=1).items is not None
+        batch = client.BatchV1Api(api)
+        assert batch.list_job_for_all_namespaces(limit=1).items is not None
         pod = client.V1Pod(
             metadata=client.V1ObjectMeta(name="p"),
             spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="x")]),
@@ -244,16 +264,33 @@ def test_the_controller_identity_can_do_nothing_more(
             "read a Secret": lambda: core.read_namespaced_secret("any", namespace),
             "list Secrets": lambda: core.list_namespaced_secret(namespace),
             "list Secrets cluster-wide": lambda: core.list_secret_for_all_namespaces(),
-            "list pods": lambda: core.list_namespaced_pod(namespace),
+            "read a pod": lambda: core.read_namespaced_pod("any", namespace),
             "create a pod": lambda: core.create_namespaced_pod(namespace, pod),
+            "delete a pod": lambda: core.delete_namespaced_pod("any", namespace),
+            "patch a pod": lambda: core.patch_namespaced_pod(
+                "any", namespace, {"metadata": {"labels": {"x": "y"}}}
+            ),
+            "delete a Job": lambda: batch.delete_namespaced_job("any", namespace),
+            "patch a Job": lambda: batch.patch_namespaced_job(
+                "any", namespace, {"spec": {"suspend": True}}
+            ),
+            "patch a JobSet": lambda: custom.patch_namespaced_custom_object(
+                wire.JOBSET_GROUP, wire.JOBSET_VERSION, namespace, "jobsets", name, {}
+            ),
+            "delete a JobSet": lambda: custom.delete_namespaced_custom_object(
+                wire.JOBSET_GROUP, wire.JOBSET_VERSION, namespace, "jobsets", name
+            ),
+            "edit a runtime": lambda: custom.patch_cluster_custom_object(
+                *TRAINER, "clustertrainingruntimes", "any", {"metadata": {"labels": {"x": "y"}}}
+            ),
             "delete the TrainJob": lambda: custom.delete_namespaced_custom_object(
                 *TRAINER, namespace, "trainjobs", name
             ),
             "patch the TrainJob": lambda: custom.patch_namespaced_custom_object(
                 *TRAINER, namespace, "trainjobs", name, {"metadata": {"labels": {"x": "y"}}}
             ),
-            "list TrainJobs": lambda: custom.list_namespaced_custom_object(
-                *TRAINER, namespace, "trainjobs"
+            "create a TrainJob": lambda: custom.create_namespaced_custom_object(
+                *TRAINER, namespace, "trainjobs", {"metadata": {"name": "x"}}
             ),
             "update a Workload's spec": lambda: custom.replace_namespaced_custom_object(
                 *KUEUE, namespace, "workloads", "any", workload

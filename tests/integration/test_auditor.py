@@ -1,0 +1,299 @@
+"""The admission controller's auditor on the real cluster, without the policies and with no
+audit step run: it records J as soon as it rises, flags an opening no raise covers, and a
+controller restarted mid-way loses nothing (it lists everything again).
+
+Pods are moved by playing the kubelet (tests/integration/lifecycle.py): a pod failed by hand
+is what makes the real JobSet controller restart the job (J + 1) at a moment the test picks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+from kubernetes import client
+
+from dispatch_k8s.core import events, wire
+from tests.conftest import Cluster
+from tests.integration.conftest import Step, start_args
+from tests.integration.controller import replicas
+from tests.integration.lifecycle import (
+    TRAINER,
+    Kubelet,
+    read_jobset,
+    read_trainjob,
+    run_stage,
+)
+from tests.integration.team import team_member
+from tests.wait import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.policies("none")]
+# Long enough that only a watch event, not a resync, can make the auditor look in time.
+NO_RESYNC: Final = ("--resync-seconds", "600")
+DETECTED: Final = 30.0  # seconds: a watch event to the flag, on two shared cores
+UNRAISED: Final = "is open (spec.suspend is not true) at metadata.generation"
+
+
+@pytest.fixture
+def member(
+    api_client: client.ApiClient, namespace: str, control_plane: Cluster, tmp_path: Path
+) -> Iterator[client.CustomObjectsApi]:
+    """The team member's view of the TrainJobs: the ordinary edit role, as kubectl would."""
+    api = team_member(
+        api_client, namespace, admin_kubeconfig=control_plane.kubeconfig, work=tmp_path
+    )
+    with closing(api):
+        yield client.CustomObjectsApi(api)
+
+
+def annotations_on(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, str]:
+    return dict(read_trainjob(custom, namespace, name)["metadata"].get("annotations") or {})
+
+
+def opened(step: Step, kubelet: Kubelet, namespace: str, runtime: str, job_id: str) -> str:
+    """Start and open (A = 1) a TrainJob; its first pod exists."""
+    started = step("start", *start_args(namespace, runtime, job_id))
+    assert started.code == 0, started.error
+    name: str = started.result["name"]
+    # run_stage: the auditor's records are writes too; a step that read before one reruns.
+    done = run_stage(step, "unsuspend", "--namespace", namespace, "--name", name)
+    assert (done.code, done.result.get("admission")) == (0, 1), done.error
+    kubelet.wait_for_pod(name, restart=0, admission=1)
+    return name
+
+
+def held_and_released_by_hand(
+    step: Step, member: client.CustomObjectsApi, namespace: str, name: str
+) -> None:
+    """Hold with dispatch-hold, then open again by hand: the opening raises nothing."""
+    held = run_stage(step, "hold", "--namespace", namespace, "--name", name)
+    assert held.code == 0, held.error
+    member.patch_namespaced_custom_object(
+        *TRAINER, namespace, "trainjobs", name, {"spec": {"suspend": False}}
+    )
+
+
+def flagged(custom: client.CustomObjectsApi, namespace: str, name: str, *, what: str) -> str:
+    """The foreign cause, once the controller has flagged the TrainJob with `what` in it."""
+
+    def found() -> str | None:
+        current = annotations_on(custom, namespace, name)
+        cause = current.get(wire.FOREIGN_CAUSE_ANNOTATION, "")
+        return cause if current.get(wire.FOREIGN_ANNOTATION) == "true" and what in cause else None
+
+    return wait_until(found, what=f"the controller to flag {name} ({what})", timeout=DETECTED)
+
+
+def warning_events(api_client: client.ApiClient, namespace: str, name: str) -> list[str]:
+    listed = client.CoreV1Api(api_client).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name}"
+    )
+    return [
+        str(event.message)
+        for event in listed.items
+        if event.type == "Warning" and event.reason == events.FLAGGED
+    ]
+
+
+def test_a_release_by_hand_after_a_hold_is_flagged_as_an_opening_no_raise_covers(
+    control_plane: Cluster,
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    custom: client.CustomObjectsApi,
+    member: client.CustomObjectsApi,
+    api_client: client.ApiClient,
+    tmp_path: Path,
+) -> None:
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "auditor", extra=NO_RESYNC) as (
+        auditor,
+    ):
+        name = opened(step, kubelet, namespace, torch_runtime, "by-hand")
+        held_and_released_by_hand(step, member, namespace, name)
+        cause = flagged(custom, namespace, name, what=UNRAISED)
+        job = read_trainjob(custom, namespace, name)
+        assert f"at metadata.generation {job['metadata']['generation']}" in cause
+        assert job["spec"]["suspend"] is False, "the auditor never stops a job"
+        assert auditor.metric("dispatch_admission_findings_total", 'kind="unraised-opening"') >= 1
+        assert auditor.metric("dispatch_admission_detection_latency_seconds_count") >= 1
+        wait_until(
+            lambda: any(UNRAISED in m for m in warning_events(api_client, namespace, name)) or None,
+            what=f"a {events.FLAGGED} Warning Event on {name}",
+            timeout=DETECTED,
+        )
+        assert auditor.stop() == 0
+    # No audit step ran: the flag is the controller's.
+    assert any(r["message"] == "flagged foreign" for r in auditor.records())
+
+
+def test_an_opening_by_hand_is_flagged_even_if_the_first_execution_was_never_seen(
+    control_plane: Cluster,
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    custom: client.CustomObjectsApi,
+    member: client.CustomObjectsApi,
+    tmp_path: Path,
+) -> None:
+    name = opened(step, kubelet, namespace, torch_runtime, "unseen")
+    assert run_stage(step, "hold", "--namespace", namespace, "--name", name).code == 0
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "late", extra=NO_RESYNC):
+        member.patch_namespaced_custom_object(
+            *TRAINER, namespace, "trainjobs", name, {"spec": {"suspend": False}}
+        )
+        cause = flagged(custom, namespace, name, what=UNRAISED)
+    # Nothing recorded the first execution, so only the opening itself could tell it.
+    assert "already had" in cause
+    assert "which the execution of pod UID" not in cause
+
+
+def test_a_jobset_restart_is_recorded_at_once_without_an_audit_run(
+    control_plane: Cluster,
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    custom: client.CustomObjectsApi,
+    tmp_path: Path,
+) -> None:
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "auditor", extra=NO_RESYNC) as (
+        auditor,
+    ):
+        name = opened(step, kubelet, namespace, torch_runtime, "restart")
+        assert annotations_on(custom, namespace, name)[wire.HIGHEST_RESTART_ANNOTATION] == "0"
+        kubelet.set_phase(kubelet.wait_for_pod(name, restart=0, admission=1), "Failed")
+        recorded_restart(custom, namespace, name, 1)
+        assert read_jobset(custom, namespace, name)["status"].get("restarts") == 1
+        recorded_execution(custom, namespace, name, 2)
+        assert auditor.metric("dispatch_admission_watched_objects", 'kind="trainjobs"') == 1
+        assert auditor.metric("dispatch_admission_watched_objects", 'kind="pods"') >= 1
+    assert wire.FOREIGN_ANNOTATION not in annotations_on(custom, namespace, name), (
+        "a clean restart is no finding"
+    )
+
+
+def recorded_execution(custom: client.CustomObjectsApi, namespace: str, name: str, r: int) -> None:
+    def recorded() -> bool | None:
+        execution = annotations_on(custom, namespace, name).get(wire.LAST_EXECUTION_ANNOTATION)
+        return f'"r":{r}' in (execution or "") or None
+
+    wait_until(recorded, what=f"the controller to record {name}'s R = {r}", timeout=DETECTED)
+
+
+def recorded_restart(custom: client.CustomObjectsApi, namespace: str, name: str, j: int) -> None:
+    def recorded() -> bool | None:
+        highest = annotations_on(custom, namespace, name).get(wire.HIGHEST_RESTART_ANNOTATION)
+        return highest == str(j) or None
+
+    wait_until(recorded, what=f"the controller to record {name}'s J = {j}", timeout=DETECTED)
+
+
+def test_a_controller_restarted_mid_way_records_the_j_that_rose_while_it_was_down(
+    control_plane: Cluster,
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    custom: client.CustomObjectsApi,
+    tmp_path: Path,
+) -> None:
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "first") as (first,):
+        name = opened(step, kubelet, namespace, torch_runtime, "restarted")
+        recorded_execution(custom, namespace, name, 1)
+        first.kill()  # no pass finished, nothing handed over
+    # While no controller runs: J rises, and the job is held, which deletes its pods.
+    kubelet.set_phase(kubelet.wait_for_pod(name, restart=0, admission=1), "Failed")
+    kubelet.wait_for_pod(name, restart=1, admission=1)
+    assert run_stage(step, "hold", "--namespace", namespace, "--name", name).code == 0
+    assert annotations_on(custom, namespace, name)[wire.HIGHEST_RESTART_ANNOTATION] == "0"
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "second", extra=NO_RESYNC):
+        # Its first list, not a watch event, shows the new replica what happened.
+        recorded_restart(custom, namespace, name, 1)
+    assert wire.FOREIGN_ANNOTATION not in annotations_on(custom, namespace, name)
+
+
+def test_a_controller_restarted_mid_way_flags_a_release_by_hand_made_while_it_was_down(
+    control_plane: Cluster,
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    custom: client.CustomObjectsApi,
+    member: client.CustomObjectsApi,
+    tmp_path: Path,
+) -> None:
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "first") as (first,):
+        name = opened(step, kubelet, namespace, torch_runtime, "down")
+        recorded_execution(custom, namespace, name, 1)
+        first.kill()
+    held_and_released_by_hand(step, member, namespace, name)
+    assert wire.FOREIGN_ANNOTATION not in annotations_on(custom, namespace, name)
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "second", extra=NO_RESYNC):
+        flagged(custom, namespace, name, what=UNRAISED)
+
+
+def spec_changes(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every other spec field an edit role can try on a running TrainJob, as merge patches."""
+    patches = job["spec"]["runtimePatches"]
+    ours = next(p for p in patches if p["manager"] == wire.PATCH_MANAGER)
+    retouched = {**ours, "trainingRuntimeSpec": {"template": {"metadata": {"labels": {"x": "y"}}}}}
+    return {
+        "runtimePatches": {"runtimePatches": [*patches, {"manager": "example.com/other"}]},
+        "runtimePatches entry": {
+            "runtimePatches": [p if p is not ours else retouched for p in patches]
+        },
+        "trainer": {"trainer": {"args": ["--changed"]}},
+        "runtimeRef": {"runtimeRef": {"name": "other"}},
+        "managedBy": {"managedBy": "kueue.x-k8s.io/multikueue"},
+        "initializer": {"initializer": {"dataset": {"storageUri": "hf://x/y"}}},
+    }
+
+
+def test_a_running_trainjob_takes_no_spec_change_but_its_deadline(
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    custom: client.CustomObjectsApi,
+    member: client.CustomObjectsApi,
+) -> None:
+    """What core/opening.py rests on: on a running TrainJob only an opening moves the
+    generation, and setting or removing activeDeadlineSeconds, which the rule cannot tell
+    from one (it flags it: on expiry Trainer deletes the JobSet, and J begins again)."""
+    name = opened(step, kubelet, namespace, torch_runtime, "frozen")
+    before = read_trainjob(custom, namespace, name)
+    generation = before["metadata"]["generation"]
+
+    def edit(spec: dict[str, Any]) -> int:
+        """The edit's HTTP status (200 taken); whether it moved the generation is checked."""
+        try:
+            member.patch_namespaced_custom_object(
+                *TRAINER, namespace, "trainjobs", name, {"spec": spec}
+            )
+        except client.ApiException as e:
+            return int(e.status)
+        return 200
+
+    refused = {field: edit(patch) for field, patch in spec_changes(before).items()}
+    assert all(status in (403, 422) for status in refused.values()), refused
+    # What does not move it: suspend rewritten as it is, and metadata (the records).
+    assert edit({"suspend": False}) == 200
+    member.patch_namespaced_custom_object(
+        *TRAINER, namespace, "trainjobs", name, {"metadata": {"annotations": {"x": "y"}}}
+    )
+    after = read_trainjob(custom, namespace, name)
+    assert after["metadata"]["generation"] == generation
+    assert after["spec"] == before["spec"]
+    # activeDeadlineSeconds (start never sets it) can be set, not changed (CEL self == oldSelf
+    # binds only while it is set), and removed, each a generation more, over and over.
+    assert edit({"activeDeadlineSeconds": 3600}) == 200
+    assert read_trainjob(custom, namespace, name)["metadata"]["generation"] == generation + 1
+    assert edit({"activeDeadlineSeconds": 7200}) == 422
+    assert edit({"activeDeadlineSeconds": None}) == 200
+    assert edit({"activeDeadlineSeconds": 60}) == 200
+    assert read_trainjob(custom, namespace, name)["metadata"]["generation"] == generation + 3

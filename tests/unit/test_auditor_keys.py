@@ -1,0 +1,102 @@
+"""How the auditor maps what it watches to the TrainJob to audit, and how it backs off."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from dispatch_k8s.controller import streams
+from dispatch_k8s.controller.auditor import (
+    FIRST_BACKOFF,
+    MAX_BACKOFF,
+    STREAMS,
+    backoff,
+    jobset_key,
+    own_key,
+)
+from dispatch_k8s.core.wire import JOBSET_NAME_KEY
+
+
+def obj(**metadata: Any) -> dict[str, Any]:
+    return {"metadata": metadata}
+
+
+def test_a_trainjob_and_its_jobset_share_the_key() -> None:
+    assert own_key(obj(namespace="team-a", name="train-1")) == ("team-a", "train-1")
+
+
+def test_a_job_or_pod_maps_to_its_jobset_s_trainjob_by_label() -> None:
+    pod = obj(
+        namespace="team-a", name="train-1-node-0-0-x7k2p", labels={JOBSET_NAME_KEY: "train-1"}
+    )
+    assert jobset_key(pod) == ("team-a", "train-1")
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        {},
+        {"metadata": None},
+        obj(name="x"),
+        obj(namespace="team-a"),
+        obj(namespace="", name="x"),
+        obj(namespace=1, name="x"),
+        obj(namespace="team-a", name="x", labels={JOBSET_NAME_KEY: ""}),
+        obj(namespace="team-a", name="x", labels=None),
+    ],
+    ids=[
+        "empty",
+        "no metadata",
+        "no namespace",
+        "no name",
+        "empty namespace",
+        "number",
+        "empty label",
+        "no labels",
+    ],
+)
+def test_an_object_without_the_names_maps_to_nothing(shape: dict[str, Any]) -> None:
+    assert jobset_key(shape) is None
+    if shape.get("metadata") and shape["metadata"].get("name") is None:
+        assert own_key(shape) is None
+
+
+def test_only_trainjobs_are_selected_by_the_managed_label_and_jobs_and_pods_by_jobset() -> None:
+    selectors = {stream.kind: stream.label_selector for stream in STREAMS}
+    assert selectors == {
+        "trainjobs": "app.kubernetes.io/managed-by=dispatch-k8s",
+        "jobsets": "",
+        "jobs": JOBSET_NAME_KEY,
+        "pods": JOBSET_NAME_KEY,
+    }
+
+
+def test_backoff_doubles_from_the_first_up_to_the_cap() -> None:
+    delays = [backoff(n) for n in range(1, 10)]
+    assert delays[0] == FIRST_BACKOFF
+    assert all(b == min(MAX_BACKOFF, 2 * a) for a, b in itertools.pairwise(delays))
+    assert delays[-1] == MAX_BACKOFF
+
+
+def test_whole_lists_tells_each_list_at_once_and_a_list_begun_again_afresh() -> None:
+    def item(name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name}}
+
+    events = [
+        (streams.LISTING, {}),
+        (streams.LISTED, item("a")),  # a list cut half-way: begun again
+        (streams.LISTING, {}),
+        (streams.LISTED, item("a")),
+        (streams.LISTED, item("b")),
+        (streams.SYNCED, {}),
+        ("MODIFIED", item("b")),
+        (streams.LISTING, {}),
+        (streams.SYNCED, {}),
+    ]
+    assert list(streams.whole_lists(iter(events))) == [
+        (streams.LISTED, {"items": [item("a"), item("b")]}),
+        ("MODIFIED", item("b")),
+        (streams.LISTED, {"items": []}),
+    ]

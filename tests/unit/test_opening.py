@@ -1,0 +1,110 @@
+"""An opening that no raise covers, from the TrainJob alone (core/opening.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dispatch_k8s.core.audit import FindingKind
+from dispatch_k8s.core.opening import decide_unraised_opening
+from dispatch_k8s.core.wire import OPEN_UNTIL_GENERATION_ANNOTATION
+
+UNTIL = OPEN_UNTIL_GENERATION_ANNOTATION
+
+
+def trainjob(*, suspend: Any, generation: Any, open_until: Any = None) -> dict[str, Any]:
+    annotations = {} if open_until is None else {UNTIL: open_until}
+    spec = {} if suspend is None else {"suspend": suspend}
+    return {
+        "metadata": {"name": "train-1", "generation": generation, "annotations": annotations},
+        "spec": spec,
+    }
+
+
+# (what happened, suspend, generation, open-until-generation, flagged)
+STORIES = [
+    ("created suspended, never opened", True, 1, None, False),
+    ("opened by dispatch-unsuspend (raise and open in one update)", False, 2, "2", False),
+    ("raised by the admission check, Kueue opens at once", False, 3, "3", False),
+    ("raised by the admission check, Kueue patches its pod sets then opens", False, 4, "3", False),
+    ("opened by the raise-on-open policy", False, 5, "5", False),
+    ("held after the raise's opening", True, 3, "2", False),
+    ("held, then released by hand", False, 4, "2", True),
+    ("raised while suspended, evicted, opened again without a raise", False, 6, "3", True),
+    ("opened by hand, never raised", False, 2, None, True),
+    ("suspend unset (Trainer's default false) and never raised", None, 2, None, True),
+    ("held and released by hand long after", False, 40, "2", True),
+    ("Kueue opened on the raise, then activeDeadlineSeconds set", False, 5, "3", True),
+]
+
+
+@pytest.mark.parametrize(
+    ("suspend", "generation", "open_until", "flagged"),
+    [story[1:] for story in STORIES],
+    ids=[story[0] for story in STORIES],
+)
+def test_an_open_job_is_covered_only_by_the_last_raise_s_record(
+    suspend: Any, generation: int, open_until: str | None, flagged: bool
+) -> None:
+    finding = decide_unraised_opening(
+        trainjob(suspend=suspend, generation=generation, open_until=open_until)
+    )
+    assert (finding is not None) is flagged
+    if finding is not None:
+        assert finding.kind is FindingKind.UNRAISED_OPENING
+        assert str(finding.kind) == "unraised-opening"
+        where = "TrainJob train-1 is open (spec.suspend is not true) at metadata.generation"
+        assert f"{where} {generation}," in finding.reason
+        assert "without a raise of A" in finding.reason
+
+
+def test_the_reason_names_the_record_and_what_it_covers() -> None:
+    finding = decide_unraised_opening(trainjob(suspend=False, generation=4, open_until="2"))
+    assert finding is not None
+    assert f"past {UNTIL} 2" in finding.reason
+    assert "from generation 2 at the latest, so up to 3" in finding.reason
+
+
+@pytest.mark.parametrize(
+    ("record", "told"),
+    [
+        (None, "is missing"),
+        ("", "is '', not a generation"),
+        ("-1", "is '-1', not a generation"),
+        ("2.0", "is '2.0', not a generation"),
+        ("1" * 19, f"is '{'1' * 19}', not a generation"),
+        (2, "is 2, not a generation"),
+    ],
+    ids=["missing", "empty", "negative", "decimal point", "too long", "not a string"],
+)
+def test_a_record_that_cannot_be_read_covers_no_opening(record: Any, told: str) -> None:
+    job = trainjob(suspend=False, generation=2)
+    if record is not None:
+        job["metadata"]["annotations"][UNTIL] = record
+    finding = decide_unraised_opening(job)
+    assert finding is not None
+    assert f"{UNTIL} {told}" in finding.reason
+
+
+@pytest.mark.parametrize(
+    "generation", [None, "3", True, 3.0], ids=["missing", "string", "bool", "float"]
+)
+def test_no_generation_to_compare_is_no_finding(generation: Any) -> None:
+    assert decide_unraised_opening(trainjob(suspend=False, generation=generation)) is None
+
+
+@pytest.mark.parametrize("shape", [{}, {"metadata": None, "spec": None}, {"spec": []}])
+def test_any_shape_is_read_without_an_error(shape: dict[str, Any]) -> None:
+    assert decide_unraised_opening(shape) is None
+
+
+@given(generation=st.integers(1, 10**12), until=st.integers(0, 10**12), suspend=st.booleans())
+def test_flagged_exactly_when_open_past_the_record_plus_one(
+    generation: int, until: int, suspend: bool
+) -> None:
+    job = trainjob(suspend=suspend, generation=generation, open_until=str(until))
+    flagged = decide_unraised_opening(job) is not None
+    assert flagged == (not suspend and generation > until + 1)

@@ -1,9 +1,9 @@
 """pipelines/monitoring/ against prometheus-operator's own CRD schemas (v0.85.0, from its Go
 module; tests/cluster/versions.toml): the strict server-side dry run that accepts every shipped
 object (test_dry_run.py, which dry-runs all of pipelines/: `-k monitoring`) refuses an unknown
-field or a value of the wrong type. The schemas check structure only: the PromQL is
-prometheus-operator's admission webhook's to check, its metric names
-tests/unit/test_monitoring_manifests.py's."""
+field or a value of the wrong type. The schemas check structure only: the PromQL, which
+prometheus-operator's admission webhook would check, tests/unit/test_monitoring_manifests.py
+parses."""
 
 from __future__ import annotations
 

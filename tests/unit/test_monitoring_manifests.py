@@ -146,6 +146,18 @@ def test_a_misspelt_name_in_the_dashboard_is_caught() -> None:
     assert used - KNOWN == {"dispatch_audit_total"}
 
 
+def test_the_controllers_audit_metrics_are_those_named_here() -> None:
+    """Once controller/ registers the auditor's metrics they must be AUDITOR_METRICS' names and
+    types (and the table can go): a rename on one side must not leave panels and alerts on
+    series that never come."""
+    registered = {
+        family.name: family.type
+        for family in REGISTRY.collect()
+        if "audit" in f"{family.name} {family.documentation}".lower()
+    }
+    assert registered.items() <= AUDITOR_METRICS.items()
+
+
 def test_every_metric_asked_for_has_a_panel() -> None:
     used = {n for _, e in dashboard_expressions(dashboard()) for n in metric_names(e)}
     asked = {

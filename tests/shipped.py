@@ -17,6 +17,10 @@ REPO: Final = Path(__file__).resolve().parents[1]
 PIPELINES: Final = REPO / "pipelines"
 RUNTIMES: Final = PIPELINES / "runtimes"
 TORCH_RUNTIME: Final = RUNTIMES / "torch-distributed.yaml"
+MONITORING: Final = PIPELINES / "monitoring"
+# In a directory of its own: `kubectl apply -f pipelines/monitoring/` reads every .json file
+# there too, and a dashboard is no Kubernetes object.
+DASHBOARD: Final = MONITORING / "grafana" / "dashboard.json"
 BUILD_SCRIPT: Final = REPO / "images" / "build.sh"
 Manifest = dict[str, Any]
 
@@ -47,6 +51,17 @@ def all_documents() -> Iterator[tuple[Path, Manifest]]:
     for path in manifest_files():
         for document in documents(path):
             yield path, document
+
+
+def monitoring_object(kind: str) -> Manifest:
+    """The one object of `kind` in pipelines/monitoring/'s manifests, read afresh."""
+    (found,) = [
+        d
+        for path in sorted(MONITORING.glob("*.yaml"))
+        for d in documents(path)
+        if d["kind"] == kind
+    ]
+    return found
 
 
 def install_runtime(api: client.ApiClient, path: Path = TORCH_RUNTIME) -> str:

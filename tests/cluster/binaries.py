@@ -116,6 +116,7 @@ def components(*, engines: bool = False, bench: bool = False) -> list[Component]
             links=dict(entry.get("links", {})),
         )
         for name, entry in table.items()
+        if "binaries" in entry  # a CRD-only entry (prometheus-operator) has nothing to build
     ]
     wanted = {CONTROL_PLANE} | ({ENGINES} if engines else set()) | ({BENCH} if bench else set())
     return [c for c in every if c.group in wanted]

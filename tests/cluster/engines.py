@@ -203,7 +203,7 @@ def _tekton_for_this_node(configmap: dict[str, Any], api_port: int) -> dict[str,
 
 
 def engine_crds(plane_rest: RestClient) -> list[str]:
-    """Install both engines' every CRD (from their modules); return their names."""
+    """Install every pinned CRD (the engines', prometheus-operator's); return their names."""
     from tests.pipelines import crds
 
     names = []

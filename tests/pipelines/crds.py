@@ -1,8 +1,11 @@
-"""Argo Workflows and Tekton CRDs, read from their Go modules in the module cache.
+"""Argo Workflows', Tekton's and prometheus-operator's CRDs, read from their Go modules in the
+module cache.
 
-Pinned with the engines' controllers in tests/cluster/versions.toml (the entries with `crds`).
-The API server validates WorkflowTemplates, CronWorkflows, Tasks and Pipelines against the
-engines' own structural schemas, whether or not the engines run (tests/cluster/engines.py).
+Pinned in tests/cluster/versions.toml (the entries with `crds`): the engines' with their
+controllers, prometheus-operator's alone (nothing of it runs). The API server validates
+WorkflowTemplates, CronWorkflows, Tasks and Pipelines against the engines' own structural
+schemas, whether or not the engines run (tests/cluster/engines.py), and pipelines/monitoring/'s
+ServiceMonitor and PrometheusRule against prometheus-operator's.
 
 `python -m tests.pipelines.crds download` fills the module cache (scripts/setup runs it).
 """
@@ -32,7 +35,7 @@ ESTABLISHED_TIMEOUT: Final = 60.0
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CrdModule:
-    """One engine's Go module and the CRD files in it to install."""
+    """One pinned module and the CRD files in it to install."""
 
     name: str
     module: str
@@ -41,7 +44,7 @@ class CrdModule:
 
 
 def pinned() -> list[CrdModule]:
-    """The pinned engines, as versions.toml lists them."""
+    """The pinned modules with CRDs, as versions.toml lists them."""
     table = tomllib.loads(VERSIONS_FILE.read_text())
     return [
         CrdModule(
@@ -83,7 +86,7 @@ def crds(engine: CrdModule) -> list[dict[str, Any]]:
 
 
 def every_crd() -> Iterator[dict[str, Any]]:
-    """Every pinned engine's CRDs, engine by engine, read as each is reached."""
+    """Every pinned module's CRDs, module by module, read as each is reached."""
     for engine in pinned():
         yield from crds(engine)
 
@@ -96,7 +99,7 @@ def _established(api: client.ApiClient, name: str) -> bool | None:
 
 
 def install(api: client.ApiClient) -> list[str]:
-    """Apply every pinned engine's CRDs and wait until the server serves them."""
+    """Apply every pinned module's CRDs and wait until the server serves them."""
     names = []
     for crd in every_crd():
         # Server-side apply: Argo's full CRDs are too large for client-side apply's
@@ -113,7 +116,7 @@ def install(api: client.ApiClient) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    """`download`: put every pinned engine's module into the module cache."""
+    """`download`: put every pinned module with CRDs into the module cache."""
     if argv != ["download"]:
         sys.stderr.write("usage: python -m tests.pipelines.crds download\n")
         return 2

@@ -116,6 +116,18 @@ def dry_run(
     return apply(api, body, namespace=namespace, dry_run=True)
 
 
+def refusal(api: client.ApiClient, body: dict[str, Any], *, namespace: str | None) -> str:
+    """Dry-run `body`, which the server must refuse as invalid (400 or 422): its message."""
+    try:
+        dry_run(api, body, namespace=namespace)
+    except ApiException as e:
+        if e.status in (400, 422):
+            message: str = json.loads(str(e.body))["message"]
+            return message
+        raise
+    raise AssertionError(f"{body['kind']} {body['metadata'].get('name')}: accepted")
+
+
 def delete(api: client.ApiClient, body: dict[str, Any], *, namespace: str | None) -> None:
     """Delete one object; gone already is fine."""
     resource = discover(api, body["apiVersion"], body["kind"])

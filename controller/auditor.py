@@ -289,7 +289,7 @@ class Auditor:
         if not new:
             return  # the same findings as the last pass: counted and told then
         for finding in outcome.findings:
-            serve.FINDINGS.labels(str(finding.kind)).inc()
+            serve.FINDINGS.labels(str(finding.kind), key[0]).inc()
         if outcome.recorded and since is not None:
             serve.DETECTION.observe(time.monotonic() - since)
         log.bind(kinds=sorted({str(f.kind) for f in outcome.findings})).warning("flagged foreign")

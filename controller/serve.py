@@ -36,8 +36,9 @@ AUDITS: Final = Counter(
 )
 FINDINGS: Final = Counter(
     f"{PREFIX}_findings",
-    "Audit findings, by kind, each counted when a pass first sees the TrainJob's findings so.",
-    ["kind"],
+    "Audit findings, by kind and the TrainJob's namespace, each counted when a pass first sees "
+    "the TrainJob's findings so.",
+    ["kind", "namespace"],
 )
 WATCHED: Final = Gauge(
     f"{PREFIX}_watched_objects",

@@ -118,7 +118,8 @@ def test_a_release_by_hand_after_a_hold_is_flagged_as_an_opening_no_raise_covers
         job = read_trainjob(custom, namespace, name)
         assert f"at metadata.generation {job['metadata']['generation']}" in cause
         assert job["spec"]["suspend"] is False, "the auditor never stops a job"
-        assert auditor.metric("dispatch_admission_findings_total", 'kind="unraised-opening"') >= 1
+        labels = f'kind="unraised-opening",namespace="{namespace}"'
+        assert auditor.metric("dispatch_admission_findings_total", labels) >= 1
         assert auditor.metric("dispatch_admission_detection_latency_seconds_count") >= 1
         wait_until(
             lambda: any(UNRAISED in m for m in warning_events(api_client, namespace, name)) or None,

@@ -16,15 +16,6 @@ import dispatch_k8s.controller.serve  # noqa: F401  # registers the controller's
 from tests.pipelines.controller_identity import DEPLOYMENT
 from tests.shipped import DASHBOARD, Manifest, documents, monitoring_object
 
-# The continuous auditor's metrics, as the lead fixed them for issue 24 (family name: type).
-# controller/ has no constant for them yet: once it registers them, REGISTRY below has them
-# too and this table can go.
-AUDITOR_METRICS: Final = {
-    "dispatch_audit_findings": "counter",  # labels kind, namespace
-    "dispatch_audit_detection_seconds": "histogram",
-    "dispatch_audit_watched_objects": "gauge",  # label kind
-    "dispatch_audits": "counter",  # label outcome
-}
 # Series Prometheus itself writes for every target it scrapes.
 SCRAPE_SERIES: Final = frozenset({"up"})
 # The sample names prometheus_client exposes for a metric family of each type.
@@ -39,7 +30,6 @@ JOB: Final = "dispatch-admission-controller"
 def exposed() -> frozenset[str]:
     """Every sample name the controller's /metrics can show, and Prometheus' own per target."""
     families = {family.name: family.type for family in REGISTRY.collect()}
-    families |= AUDITOR_METRICS
     names = {name + suffix for name, kind in families.items() for suffix in SUFFIXES[kind]}
     return frozenset(names) | SCRAPE_SERIES
 
@@ -141,30 +131,18 @@ def test_an_expression_prometheus_would_refuse_is_caught(expression: str) -> Non
 
 def test_a_misspelt_name_in_the_dashboard_is_caught() -> None:
     board = dashboard()
-    text = json.dumps(board).replace("dispatch_audits_total", "dispatch_audit_total")
+    text = json.dumps(board).replace("dispatch_admission_audits_total", "dispatch_audit_total")
     used = {n for _, e in dashboard_expressions(json.loads(text)) for n in metric_names(e)}
     assert used - KNOWN == {"dispatch_audit_total"}
-
-
-def test_the_controllers_audit_metrics_are_those_named_here() -> None:
-    """Once controller/ registers the auditor's metrics they must be AUDITOR_METRICS' names and
-    types (and the table can go): a rename on one side must not leave panels and alerts on
-    series that never come."""
-    registered = {
-        family.name: family.type
-        for family in REGISTRY.collect()
-        if "audit" in f"{family.name} {family.documentation}".lower()
-    }
-    assert registered.items() <= AUDITOR_METRICS.items()
 
 
 def test_every_metric_asked_for_has_a_panel() -> None:
     used = {n for _, e in dashboard_expressions(dashboard()) for n in metric_names(e)}
     asked = {
-        "dispatch_audit_findings_total",
-        "dispatch_audit_detection_seconds_bucket",
-        "dispatch_audit_watched_objects",
-        "dispatch_audits_total",
+        "dispatch_admission_findings_total",
+        "dispatch_admission_detection_latency_seconds_bucket",
+        "dispatch_admission_watched_objects",
+        "dispatch_admission_audits_total",
         "dispatch_admission_leader",
         "dispatch_admission_reservations_gated_total",
         "dispatch_admission_raises_total",
@@ -178,7 +156,7 @@ def test_every_metric_asked_for_has_a_panel() -> None:
 
 def test_the_alerts_cover_findings_down_and_no_leader() -> None:
     by_alert = {where: metric_names(e) for where, e in rule_expressions()}
-    assert "dispatch_audit_findings_total" in by_alert["alert DispatchAuditFinding"]
+    assert "dispatch_admission_findings_total" in by_alert["alert DispatchAuditFinding"]
     assert by_alert["alert DispatchAdmissionControllerDown"] == {"up"}
     assert by_alert["alert DispatchAdmissionNoLeader"] == {"dispatch_admission_leader"}
     for where, expression in rule_expressions():

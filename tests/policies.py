@@ -26,6 +26,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
+import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -224,3 +225,13 @@ def _wait_acting(api: client.ApiClient, namespace: str, runtime: str) -> None:
 def message(error: ApiException) -> str:
     """The API server's message of a refused request."""
     return str(json.loads(str(error.body))["message"])
+
+
+def refused_with(rule: str, attempt: Callable[[], object]) -> str:
+    """The message of `attempt`'s refusal, which must name guard rule `rule` (HTTP 403)."""
+    with pytest.raises(ApiException) as refused:
+        attempt()
+    text = message(refused.value)
+    assert refused.value.status == 403, text
+    assert f"dispatch-k8s guard {rule}:" in text, text
+    return text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
@@ -14,6 +15,7 @@ from kubernetes.client.exceptions import ApiException
 from dispatch_k8s.core import wire
 from tests.conftest import Cluster
 from tests.integration.lifecycle import DEADLINE, Kubelet, StepRun, admit_and_approve, run_step
+from tests.integration.team import team_member
 from tests.kueue_objects import KueueSetup
 from tests.policies import Policies
 from tests.requests import request_flags
@@ -55,6 +57,18 @@ def step(control_plane: Cluster) -> Step:
         return run_step(name, *args, kubeconfig=control_plane.kubeconfig)
 
     return run
+
+
+@pytest.fixture
+def member(
+    api_client: client.ApiClient, namespace: str, control_plane: Cluster, tmp_path: Path
+) -> Iterator[client.ApiClient]:
+    """The team member's API client in the test's namespace (tests/integration/team.py)."""
+    api = team_member(
+        api_client, namespace, admin_kubeconfig=control_plane.kubeconfig, work=tmp_path
+    )
+    with contextlib.closing(api):
+        yield api
 
 
 @pytest.fixture

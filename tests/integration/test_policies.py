@@ -7,10 +7,8 @@ the edit is refused with its rule; with neither, the audit flags the execution t
 
 from __future__ import annotations
 
-import contextlib
 import copy
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Final
 
 import pytest
@@ -18,7 +16,6 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core import wire
-from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args, start_queued, wait_suspended
 from tests.integration.lifecycle import (
     DEADLINE,
@@ -32,26 +29,13 @@ from tests.integration.lifecycle import (
     run_stage,
     wait_for_drained_jobset,
 )
-from tests.integration.team import team_member
 from tests.kueue_objects import KUEUE, KueueSetup, condition
-from tests.policies import message
+from tests.policies import refused_with
 from tests.requests import trainjob_body
 from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration
 OPEN: Final = {"spec": {"suspend": False}}
-
-
-@pytest.fixture
-def member(
-    api_client: client.ApiClient, namespace: str, control_plane: Cluster, tmp_path: Path
-) -> Iterator[client.ApiClient]:
-    """The team member's API client in the test's namespace."""
-    api = team_member(
-        api_client, namespace, admin_kubeconfig=control_plane.kubeconfig, work=tmp_path
-    )
-    with contextlib.closing(api):
-        yield api
 
 
 def opened(step: Step, kubelet: Kubelet, namespace: str, runtime: str, job_id: str) -> str:
@@ -77,16 +61,6 @@ def patch_trainjob(api: client.ApiClient, namespace: str, name: str, body: Any) 
     )
     assert isinstance(patched, dict)
     return patched
-
-
-def refused_with(rule: str, attempt: Callable[[], object]) -> str:
-    """The message of `attempt`'s refusal, which must name guard rule `rule`."""
-    with pytest.raises(ApiException) as refused:
-        attempt()
-    text = message(refused.value)
-    assert refused.value.status == 403, text
-    assert f"dispatch-k8s guard {rule}:" in text
-    return text
 
 
 def test_release_by_hand_gets_a_new_r_from_the_api_server(

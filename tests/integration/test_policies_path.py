@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -39,9 +39,8 @@ from tests.integration.lifecycle import (
     read_trainjob,
     run_stage,
 )
-from tests.integration.team import team_member
 from tests.pipelines.identity import install_identity
-from tests.policies import message
+from tests.policies import refused_with
 from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -53,28 +52,6 @@ RECORDED: Final = {"pod": "uid-of-the-first", "r": 3, "slot": "node/0/0"}
 def execution(**changes: object) -> str:
     """The last-execution annotation, as the audit writes it, with `changes`."""
     return json.dumps({**RECORDED, **changes}, sort_keys=True, separators=(",", ":"))
-
-
-@pytest.fixture
-def member(
-    api_client: client.ApiClient, namespace: str, control_plane: Cluster, tmp_path: Path
-) -> Iterator[client.ApiClient]:
-    """The team member's API client in the test's namespace."""
-    api = team_member(
-        api_client, namespace, admin_kubeconfig=control_plane.kubeconfig, work=tmp_path
-    )
-    with contextlib.closing(api):
-        yield api
-
-
-def refused_with(rule: str, attempt: Callable[[], object]) -> str:
-    """The message of `attempt`'s refusal, which must name guard rule `rule` (HTTP 403)."""
-    with pytest.raises(ApiException) as refused:
-        attempt()
-    text = message(refused.value)
-    assert refused.value.status == 403, text
-    assert f"dispatch-k8s guard {rule}:" in text, text
-    return text
 
 
 def child_job(name: str) -> str:

@@ -81,9 +81,11 @@ def api_client(control_plane: Cluster) -> Iterator[client.ApiClient]:
 
 
 @pytest.fixture(scope="session")
-def admission_policies(api_client: client.ApiClient) -> None:
-    """pipelines/policies/ installed, bound to the test namespaces, and acting."""
-    policies.install(api_client, install_runtime(api_client))
+def admission_policies(api_client: client.ApiClient, control_plane: Cluster) -> None:
+    """pipelines/policies/ installed, bound to the test namespaces, and acting: trusting the
+    local control plane's controllers, or on an existing cluster the shipped (upstream) ones."""
+    identities = policies.HARNESS_CONTROLLERS if control_plane.plane is not None else None
+    policies.install(api_client, install_runtime(api_client), controllers=identities)
 
 
 def _namespace_name(test_name: str) -> str:

@@ -8,6 +8,11 @@ DISPATCH_TEST_KUBECONFIG is touched nowhere else):
 - `guard`: the ValidatingAdmissionPolicies only, what a cluster before 1.36 gets;
 - `none`: no policy, where only the audit notices a bypass.
 
+The path guard trusts controllers by name (pipelines/policies/controllers.yaml, upstream's
+ServiceAccounts): the tests install that ConfigMap with the names the local control plane runs
+its controllers as (tests/cluster/harness.py), so a rule that trusted the wrong controller, or
+the admin, fails here.
+
 A policy acts shortly after it is created (its informer must see it): `install` polls with
 server-side dry runs until every policy refuses or raises as it should.
 """
@@ -15,15 +20,18 @@ server-side dry runs until every policy refuses or raises as it should.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
+import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core import wire
+from tests.cluster.harness import CONTROLLER_USERS, KCM_USER
 from tests.pipelines import kube
 from tests.requests import trainjob_body
 from tests.shipped import PIPELINES, Manifest, documents
@@ -40,6 +48,19 @@ BOUND_IN: Final[dict[str, list[str]]] = {
 TRAINER: Final = (wire.TRAINER_GROUP, wire.TRAINER_VERSION)
 JOBSET: Final = (wire.JOBSET_GROUP, wire.JOBSET_VERSION)
 ACTING_TIMEOUT: Final = 60.0
+# The ConfigMap of controller identities the path guard's bindings name (controllers.yaml).
+CONTROLLERS_NAME: Final = "dispatch-k8s-controllers"
+CONTROLLERS_NAMESPACE: Final = "dispatch-system"
+# The local control plane's: kube-controller-manager runs with
+# --use-service-account-credentials=false, so all its controllers act as one user.
+HARNESS_CONTROLLERS: Final = {
+    "trainer": CONTROLLER_USERS["trainer"],
+    "jobset": CONTROLLER_USERS["jobset"],
+    "kueue": CONTROLLER_USERS["kueue"],
+    "job-controller": KCM_USER,
+    "garbage-collector": KCM_USER,
+    "namespace-controller": KCM_USER,
+}
 
 
 def shipped() -> list[Manifest]:
@@ -47,13 +68,17 @@ def shipped() -> list[Manifest]:
     return [doc for path in sorted(POLICIES.glob("*.yaml")) for doc in documents(path)]
 
 
-def for_tests(document: Manifest) -> Manifest:
-    """A shipped object as the tests install it: bindings narrowed to labelled namespaces."""
+def for_tests(document: Manifest, controllers: Mapping[str, str] | None = None) -> Manifest:
+    """A shipped object as the tests install it: bindings narrowed to labelled namespaces, and
+    the controller identities `controllers` (key: username) when given."""
     document = copy.deepcopy(document)
     values = BOUND_IN.get(document["kind"])
     if values is not None:
         selector = {"matchExpressions": [{"key": LABEL, "operator": "In", "values": values}]}
         document["spec"].setdefault("matchResources", {})["namespaceSelector"] = selector
+    if controllers is not None and document["metadata"]["name"] == CONTROLLERS_NAME:
+        assert set(controllers) == set(document["data"]), "every shipped key, no other"
+        document["data"] = {key: f"{user}\n" for key, user in controllers.items()}
     return document
 
 
@@ -62,12 +87,20 @@ def namespace_body(name: str, policies: Policies) -> client.V1Namespace:
     return client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={LABEL: policies}))
 
 
-def install(api: client.ApiClient, runtime: str) -> None:
-    """Apply the policies and bindings, then wait until each one acts."""
-    for document in shipped():
-        kube.apply(api, for_tests(document), namespace=None)
-    namespace = f"dispatch-policy-probe-{secrets.token_hex(3)}"
+def install(api: client.ApiClient, runtime: str, *, controllers: Mapping[str, str] | None) -> None:
+    """Apply the policies, their bindings and parameters (the controllers' identities, or the
+    shipped ones when None), then wait until each one acts."""
     core = client.CoreV1Api(api)
+    try:  # the parameters' namespace (pipelines/controller/ makes it in an install)
+        core.create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=CONTROLLERS_NAMESPACE))
+        )
+    except ApiException as e:
+        if e.status != 409:
+            raise
+    for document in shipped():
+        kube.apply(api, for_tests(document, controllers), namespace=None)
+    namespace = f"dispatch-policy-probe-{secrets.token_hex(3)}"
     core.create_namespace(namespace_body(namespace, "all"))
     try:
         _wait_acting(api, namespace, runtime)
@@ -96,14 +129,17 @@ def _probe_trainjob(api: client.ApiClient, namespace: str, runtime: str) -> dict
     return wait_until(created, what="the probe TrainJob to be created", timeout=ACTING_TIMEOUT)
 
 
-def _refusal(attempt: Callable[[], object], rule: str) -> bool | None:
-    """True once `attempt` is refused by the guard rule `rule`; None while it is not yet."""
+def _refusal(attempt: Callable[[], object], rule: str, *, made: bool = True) -> bool | None:
+    """True once `attempt` is refused by the guard rule `rule`; None while it is not yet, and
+    while the object it acts on is not `made` yet (a controller builds it)."""
     try:
         attempt()
     except ApiException as e:
         if f"dispatch-k8s guard {rule}" in str(e.body):
             return True
         if e.status == 409:  # a controller wrote meanwhile: try again from a fresh read
+            return None
+        if e.status == 404 and not made:
             return None
         raise
     return None
@@ -155,30 +191,31 @@ def _wait_acting(api: client.ApiClient, namespace: str, runtime: str) -> None:
             *JOBSET, namespace, "jobsets", name, dry_run="All"
         )
 
-    def jobset_guarded() -> bool | None:
-        try:
-            return _refusal(jobset_deleted, "keep-jobset")
-        except ApiException as e:
-            if e.status == 404:
-                return None  # Trainer has not built it yet
-            raise
+    def job_deleted() -> object:
+        return client.BatchV1Api(api).delete_namespaced_job(
+            f"{name}-node-0", namespace, dry_run="All"
+        )
 
-    wait_until(jobset_guarded, what="the JobSet guard to refuse", timeout=ACTING_TIMEOUT)
+    # Trainer builds the JobSet, JobSet the Job.
+    for attempt, rule, what in (
+        (jobset_deleted, "keep-jobset", "JobSet"),
+        (job_deleted, "keep-job", "child Job"),
+    ):
+        wait_until(
+            functools.partial(_refusal, attempt, rule, made=False),
+            what=f"the {what} guard to refuse",
+            timeout=ACTING_TIMEOUT,
+        )
     pod = client.V1Pod(
         metadata=client.V1ObjectMeta(
-            name="policy-probe",
-            labels={wire.JOBSET_NAME_KEY: name},
-            annotations={wire.ADMISSION_ANNOTATION: "1"},
+            name="policy-probe", annotations={wire.ADMISSION_ANNOTATION: "1"}
         ),
         spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="probe")]),
     )
     core = client.CoreV1Api(api)
-    core.create_namespaced_pod(namespace, pod)
-    change = {"metadata": {"annotations": {wire.ADMISSION_ANNOTATION: "0"}}}
     wait_until(
         lambda: _refusal(
-            lambda: core.patch_namespaced_pod("policy-probe", namespace, change, dry_run="All"),
-            "keep-pod-admission",
+            lambda: core.create_namespaced_pod(namespace, pod, dry_run="All"), "pod-create"
         ),
         what="the pod guard to refuse",
         timeout=ACTING_TIMEOUT,
@@ -188,3 +225,13 @@ def _wait_acting(api: client.ApiClient, namespace: str, runtime: str) -> None:
 def message(error: ApiException) -> str:
     """The API server's message of a refused request."""
     return str(json.loads(str(error.body))["message"])
+
+
+def refused_with(rule: str, attempt: Callable[[], object]) -> str:
+    """The message of `attempt`'s refusal, which must name guard rule `rule` (HTTP 403)."""
+    with pytest.raises(ApiException) as refused:
+        attempt()
+    text = message(refused.value)
+    assert refused.value.status == 403, text
+    assert f"dispatch-k8s guard {rule}:" in text, text
+    return text

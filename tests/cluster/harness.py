@@ -69,8 +69,14 @@ ADMIN_USER: Final = "dispatch-admin"
 ADMIN_GROUPS: Final = ("system:masters",)
 # kube-controller-manager's own identity, as kubeadm gives it: with
 # --use-service-account-credentials=false its garbage and namespace controllers act as this
-# user, which the JobSet guard (pipelines/policies/guard.yaml) lets delete a JobSet.
+# user, which the path guard (pipelines/policies/guard-path.yaml) is told (tests/policies.py).
 KCM_USER: Final = "system:kube-controller-manager"
+# The JobSet, Kueue and Trainer controllers' identities: each its own, as each has its own
+# ServiceAccount in an install, so the path guard (pipelines/policies/guard-path.yaml), which
+# trusts each controller for its own objects only, is tested telling them apart and apart from
+# the admin (tests/policies.py gives it these names). Each also in system:masters: their RBAC
+# is not what these tests are about.
+CONTROLLER_USERS: Final = {name: f"dispatch-test:{name}-controller" for name in CONTROLLER_ORDER}
 # The node's identities. Tests only: each also in system:masters, rather than the Node
 # authorizer and the bootstrap roles, so the node's RBAC is not what these tests are about.
 NODE_IDENTITIES: Final = {
@@ -364,7 +370,7 @@ class ControlPlane:
             self._pki / "kcm-client.crt", self._pki / "kcm-client.key"
         )
         certs.service_account_signing_key().write(self._pki / "sa.pub", self._pki / "sa.key")
-        for name, user in NODE_IDENTITIES.items():
+        for name, user in {**NODE_IDENTITIES, **CONTROLLER_USERS}.items():
             self._ca.client(user, ADMIN_GROUPS).write(
                 self._pki / f"{name}.crt", self._pki / f"{name}.key"
             )
@@ -543,10 +549,12 @@ class ControlPlane:
             config = workdir / "config.yaml"
             spec.write_config(config)
             (workdir / "tmp").mkdir(parents=True, exist_ok=True)
+            kubeconfig = self.run_dir / f"{name}.kubeconfig"
+            self._write_kubeconfig_for(CONTROLLER_USERS[name], name, kubeconfig)
             self._process(
                 name,
                 [str(paths[spec.binary]), f"--config={config}"],
-                env={"KUBECONFIG": str(self.kubeconfig), "TMPDIR": str(workdir / "tmp")},
+                env={"KUBECONFIG": str(kubeconfig), "TMPDIR": str(workdir / "tmp")},
             )
             specs.append(spec)
         return specs

@@ -60,6 +60,18 @@ def step(control_plane: Cluster) -> Step:
 
 
 @pytest.fixture
+def member(
+    api_client: client.ApiClient, namespace: str, control_plane: Cluster, tmp_path: Path
+) -> Iterator[client.ApiClient]:
+    """The team member's API client in the test's namespace (tests/integration/team.py)."""
+    api = team_member(
+        api_client, namespace, admin_kubeconfig=control_plane.kubeconfig, work=tmp_path
+    )
+    with contextlib.closing(api):
+        yield api
+
+
+@pytest.fixture
 def custom(api_client: client.ApiClient) -> client.CustomObjectsApi:
     """Custom objects of the cluster under test."""
     return client.CustomObjectsApi(api_client)

@@ -30,7 +30,7 @@ from tests.integration.lifecycle import (
     wait_for_drained_jobset,
 )
 from tests.kueue_objects import KUEUE, KueueSetup, condition
-from tests.policies import message
+from tests.policies import refused_with
 from tests.requests import trainjob_body
 from tests.wait import wait_until
 
@@ -61,16 +61,6 @@ def patch_trainjob(api: client.ApiClient, namespace: str, name: str, body: Any) 
     )
     assert isinstance(patched, dict)
     return patched
-
-
-def refused_with(rule: str, attempt: Callable[[], object]) -> str:
-    """The message of `attempt`'s refusal, which must name guard rule `rule`."""
-    with pytest.raises(ApiException) as refused:
-        attempt()
-    text = message(refused.value)
-    assert refused.value.status == 403, text
-    assert f"dispatch-k8s guard {rule}:" in text
-    return text
 
 
 def test_release_by_hand_gets_a_new_r_from_the_api_server(

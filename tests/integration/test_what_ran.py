@@ -20,6 +20,10 @@ from tests.wait import wait_until
 pytestmark = pytest.mark.integration
 
 
+# Where the path guard is installed nobody but JobSet and the garbage collector may delete the
+# child Job (keep-job, test_policies_path.py): the rerun is what the audit must still catch on
+# a cluster without the policies.
+@pytest.mark.policies("none")
 def test_a_child_job_deleted_by_hand_reruns_the_execution_and_is_flagged(
     step: Step, kubelet: Kubelet, namespace: str, torch_runtime: str, api_client: client.ApiClient
 ) -> None:

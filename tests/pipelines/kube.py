@@ -79,7 +79,8 @@ def apply(
     dry_run: bool = False,
 ) -> dict[str, Any]:
     """Server-side apply one object (strict field validation); create it if it has only a
-    generateName, as apply needs a name."""
+    generateName, as apply needs a name. An object that names its namespace goes there."""
+    namespace = body.get("metadata", {}).get("namespace", namespace)
     resource = discover(api, body["apiVersion"], body["kind"])
     query = [("fieldValidation", "Strict"), ("fieldManager", FIELD_MANAGER)]
     if dry_run:
@@ -105,7 +106,9 @@ def dry_run(
     A create, not an apply: for custom resources an apply reports an unknown field as a 500
     ("failed to create typed patch object"), a create as a 400 naming the field. Only an
     object that exists already (a runtime another test installed) is dry-run applied instead.
+    An object that names its namespace is dry-run there.
     """
+    namespace = body.get("metadata", {}).get("namespace", namespace)
     resource = discover(api, body["apiVersion"], body["kind"])
     query = [("fieldValidation", "Strict"), ("dryRun", "All")]
     try:

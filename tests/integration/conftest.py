@@ -78,18 +78,6 @@ def custom(api_client: client.ApiClient) -> client.CustomObjectsApi:
 
 
 @pytest.fixture
-def member(
-    api_client: client.ApiClient, namespace: str, control_plane: Cluster, tmp_path: Path
-) -> Iterator[client.ApiClient]:
-    """The team member's API client in the test's namespace (tests/integration/team.py)."""
-    api = team_member(
-        api_client, namespace, admin_kubeconfig=control_plane.kubeconfig, work=tmp_path
-    )
-    with contextlib.closing(api):
-        yield api
-
-
-@pytest.fixture
 def kueue(custom: client.CustomObjectsApi, namespace: str) -> Iterator[KueueSetup]:
     """Kueue objects for the test's namespace (install them with .install); removed after."""
     setup = KueueSetup(custom, namespace)

@@ -2,9 +2,9 @@
 the steps' own ServiceAccount) can make on the way from the TrainJob to the container.
 
 Each attack is tried once per policy install (tests/policies.py): with both policies and with
-the guard alone the API server must refuse it (403, naming a `dispatch-k8s guard` rule); where
-none is installed the audit must flag the job (exit 7), from the objects as they are. An
-attack that is neither refused nor flagged is a failure: an execution could then begin with
+the guard alone the API server must refuse it (403, naming its `dispatch-k8s guard` rule,
+pipelines/policies/); where none is installed the audit must flag the job (exit 7), from the
+objects as they are. An attack neither refused nor flagged would let an execution begin with
 an R the job already had, unseen. What each execution saw is what its own process printed.
 """
 
@@ -165,36 +165,42 @@ class Attack:
     name: str
     stage: Stage
     edit: Callable[[Target], None]
+    refused_by: str  # the guard rule that refuses it where the policies are installed
     flagged_as: str  # in the audit's message where no policy refused the edit
 
 
 ATTACKS: Final = [
     Attack(
         name="child-job-j",
+        refused_by="job-template-identity",
         stage="suspended",
         edit=_child_job_j,
         flagged_as="is 500, not the Job's own 0",
     ),
     Attack(
         name="second-patch-entry",
+        refused_by="foreign-patch-admission",
         stage="suspended",
         edit=_second_patch_entry,
         flagged_as="(manager someone.example/tweaks) sets pod template metadata annotation",
     ),
     Attack(
         name="orphaned-child-job",
+        refused_by="job-owner",
         stage="suspended",
         edit=_orphaned_child_job,
         flagged_as="runs the trainer but no JobSet owns it",
     ),
     Attack(
         name="hidden-pod",
+        refused_by="keep-pod-identity",
         stage="running",
         edit=_hidden_pod,
         flagged_as="runs with A = 9",
     ),
     Attack(
         name="jobset-owner-rewritten",
+        refused_by="jobset-owner",
         stage="running",
         edit=_jobset_owner_rewritten,
         flagged_as="is not the recorded",
@@ -241,11 +247,12 @@ def test_every_edit_on_the_path_is_refused_or_flagged(
         target.trainer_job()  # JobSet has made the suspended Jobs the attack edits
 
     refusal = refused(lambda: attack.edit(target))
-    if refusal is not None:
-        assert installed != "none", f"refused where no policy is installed: {message(refusal)}"
+    if installed != "none":  # both policies, or the guard alone: the API server refuses it
+        assert refusal is not None, f"{attack.name} was accepted where the guard is installed"
         assert refusal.status == 403, message(refusal)
-        assert message(refusal).startswith("dispatch-k8s guard "), message(refusal)
+        assert message(refusal).startswith(f"dispatch-k8s guard {attack.refused_by}:")
         return
+    assert refusal is None, f"refused where no policy is installed: {message(refusal)}"
     audit = step("audit", "--namespace", namespace, "--name", name)
     assert audit.code == 7, (
         f"{attack.name} was accepted ({installed}) and not flagged: an execution could repeat R"

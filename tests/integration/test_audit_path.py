@@ -67,7 +67,7 @@ def trainer_jobs(api: client.ApiClient, namespace: str, name: str) -> list[dict[
 
 def audited(step: Step, namespace: str, name: str) -> str:
     """The audit's error line, which must be a flag (exit 7)."""
-    result = step("audit", "--namespace", namespace, "--name", name)
+    result = run_stage(step, "audit", "--namespace", namespace, "--name", name)
     assert result.code == 7, (result.code, result.error)
     return result.error
 

@@ -141,7 +141,11 @@ def test_a_burst_of_100_with_preemptions_and_the_leader_killed_keeps_r_rising(
     kueue.install(cpu=str(QUOTA_CPUS), priorities={low: 10, high: 1000})
     with (
         History(api_client, namespace, check=kueue.check) as history,
-        replicas(control_plane.kubeconfig, namespace, tmp_path, "first", "second") as pair,
+        # The gate alone: the auditor's own passes under a burst are its benchmark's to measure
+        # (issue 24), and on two shared cores they shift when preempted jobs run again.
+        replicas(
+            control_plane.kubeconfig, namespace, tmp_path, "first", "second", extra=("--no-audit",)
+        ) as pair,
     ):
         lows = _start_all(
             step, namespace, torch_runtime, kueue, [f"low-{i}" for i in range(LOW_JOBS)], low

@@ -112,17 +112,30 @@ def test_a_second_runtime_patch_entry_setting_a_is_flagged(
     step: Step, namespace: str, torch_runtime: str, custom: client.CustomObjectsApi
 ) -> None:
     name = started(step, namespace, torch_runtime, "second-entry")
-    job = read_trainjob(custom, namespace, name)
-    ours = next(p for p in job["spec"]["runtimePatches"] if p["manager"] == wire.PATCH_MANAGER)
-    theirs = json.loads(json.dumps(ours))
-    theirs.pop("time", None)
-    theirs["manager"] = "someone.example/tweaks"
-    template = theirs["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
-    template["template"]["spec"]["template"]["metadata"]["annotations"] = {
-        wire.ADMISSION_ANNOTATION: "700"
-    }
-    job["spec"]["runtimePatches"].insert(0, theirs)
-    custom.replace_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name, job)
+
+    def added() -> bool | None:
+        """Written once no status write of Trainer's came between the read and the PUT."""
+        job = read_trainjob(custom, namespace, name)
+        patches = job["spec"]["runtimePatches"]
+        theirs = json.loads(
+            json.dumps(next(p for p in patches if p["manager"] == wire.PATCH_MANAGER))
+        )
+        theirs.pop("time", None)
+        theirs["manager"] = "someone.example/tweaks"
+        template = theirs["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+        template["template"]["spec"]["template"]["metadata"]["annotations"] = {
+            wire.ADMISSION_ANNOTATION: "700"
+        }
+        patches.insert(0, theirs)
+        try:
+            custom.replace_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name, job)
+        except client.ApiException as e:
+            if e.status == 409:
+                return None
+            raise
+        return True
+
+    wait_until(added, what="the second entry to be written", timeout=DEADLINE)
     error = audited(step, namespace, name)
     assert "(manager someone.example/tweaks) sets pod template metadata annotation" in error
 

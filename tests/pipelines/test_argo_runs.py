@@ -186,7 +186,7 @@ def test_a_jobset_reset_is_flagged_by_the_scheduled_audits_and_stops_the_release
     )
     audited = workflow_ended(api_client, namespace, fired[0])
     assert not audited.succeeded
-    (audit,) = audited.nodes("audit")  # one attempt: 7 is for a person, never retried
+    (audit,) = audited.nodes("audit-namespace")  # one attempt: 7 is for a person, never retried
     assert audit["outputs"]["exitCode"] == "7"
 
     cron_job = _every_minute(documents(JOBS / "audit-cronjob.yaml")[0], control_plane)

@@ -1,7 +1,7 @@
 """The continuous auditor: every managed TrainJob audited as it, or anything it owns, changes.
 
 Where the admission policies are not installed, detection is the only defence, and an audit
-that runs now and then cannot compare what it never saw (DESIGN §2, Detection). So the leader
+that runs now and then cannot compare what it never saw (README: The audit). So the leader
 lists and watches the managed TrainJobs, the JobSets, their child Jobs and their pods; every
 change is mapped to its TrainJob and queued, and workers run the one audit pass
 `dispatch-audit` runs (`core.auditing.audit_trainjob`): J is recorded as soon as it rises,

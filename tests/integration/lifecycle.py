@@ -278,3 +278,38 @@ def settled(custom: client.CustomObjectsApi, namespace: str, name: str) -> None:
         return (len(seen) >= 5 and len(set(seen[-5:])) == 1) or None
 
     wait_until(quiet, what=f"TrainJob {name} to settle", timeout=DEADLINE)
+
+
+def add_foreign_admission_entry(
+    custom: client.CustomObjectsApi, namespace: str, name: str, *, admission: str
+) -> None:
+    """Another manager's runtime-patch entry that sets A on the trainer's pods, put first.
+
+    Written as a person would: read, edit, replace, and again after a 409 (Trainer's status
+    writes race any read-modify-write); any other refusal is raised.
+    """
+
+    def added() -> bool | None:
+        job = read_trainjob(custom, namespace, name)
+        patches = job["spec"]["runtimePatches"]
+        ours = next(p for p in patches if p["manager"] == wire.PATCH_MANAGER)
+        theirs = json.loads(json.dumps(ours))
+        theirs.pop("time", None)
+        theirs["manager"] = FOREIGN_MANAGER
+        replicated = theirs["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+        replicated["template"]["spec"]["template"]["metadata"]["annotations"] = {
+            wire.ADMISSION_ANNOTATION: admission
+        }
+        patches.insert(0, theirs)
+        try:
+            custom.replace_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name, job)
+        except client.ApiException as e:
+            if e.status == 409:
+                return None
+            raise
+        return True
+
+    wait_until(added, what=f"a second runtime-patch entry on {name}", timeout=DEADLINE)
+
+
+FOREIGN_MANAGER: Final = "someone.example/tweaks"

@@ -22,8 +22,8 @@ from tests.integration.conftest import Step, start_args
 from tests.integration.lifecycle import (
     BIN,
     DEADLINE,
-    TRAINER,
     Kubelet,
+    add_foreign_admission_entry,
     as_dict,
     read_trainjob,
     run_stage,
@@ -112,30 +112,7 @@ def test_a_second_runtime_patch_entry_setting_a_is_flagged(
     step: Step, namespace: str, torch_runtime: str, custom: client.CustomObjectsApi
 ) -> None:
     name = started(step, namespace, torch_runtime, "second-entry")
-
-    def added() -> bool | None:
-        """Written once no status write of Trainer's came between the read and the PUT."""
-        job = read_trainjob(custom, namespace, name)
-        patches = job["spec"]["runtimePatches"]
-        theirs = json.loads(
-            json.dumps(next(p for p in patches if p["manager"] == wire.PATCH_MANAGER))
-        )
-        theirs.pop("time", None)
-        theirs["manager"] = "someone.example/tweaks"
-        template = theirs["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
-        template["template"]["spec"]["template"]["metadata"]["annotations"] = {
-            wire.ADMISSION_ANNOTATION: "700"
-        }
-        patches.insert(0, theirs)
-        try:
-            custom.replace_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name, job)
-        except client.ApiException as e:
-            if e.status == 409:
-                return None
-            raise
-        return True
-
-    wait_until(added, what="the second entry to be written", timeout=DEADLINE)
+    add_foreign_admission_entry(custom, namespace, name, admission="700")
     error = audited(step, namespace, name)
     assert "(manager someone.example/tweaks) sets pod template metadata annotation" in error
 

@@ -10,7 +10,6 @@ an R the job already had, unseen. What each execution saw is what its own proces
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -21,7 +20,13 @@ from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core import wire
 from tests.integration.conftest import Step
-from tests.integration.lifecycle import JOBSET, as_dict, read_trainjob, run_stage
+from tests.integration.lifecycle import (
+    JOBSET,
+    add_foreign_admission_entry,
+    as_dict,
+    read_trainjob,
+    run_stage,
+)
 from tests.node.executions import DEADLINE, TRAINER, printed, start_flags
 from tests.policies import message
 from tests.wait import wait_until
@@ -77,40 +82,8 @@ def _child_job_j(target: Target) -> None:
 
 def _second_patch_entry(target: Target) -> None:
     """Another manager's runtime-patch entry that sets A on the trainer's pods."""
-    # A person re-applies after a 409 (Trainer's status writes race any read-modify-write).
-    wait_until(
-        lambda: _conflicted(lambda: _add_entry(target)),
-        what="the second entry to be written or refused",
-        timeout=DEADLINE,
-    )
-
-
-def _conflicted(edit: Callable[[], None]) -> bool | None:
-    """True once `edit` went through; None after a 409; any other refusal is raised."""
-    try:
-        edit()
-    except ApiException as e:
-        if e.status == 409:
-            return None
-        raise
-    return True
-
-
-def _add_entry(target: Target) -> None:
     custom = client.CustomObjectsApi(target.member)
-    job = read_trainjob(custom, target.namespace, target.name)
-    ours = next(p for p in job["spec"]["runtimePatches"] if p["manager"] == wire.PATCH_MANAGER)
-    theirs = json.loads(json.dumps(ours))
-    theirs.pop("time", None)
-    theirs["manager"] = "someone.example/tweaks"
-    replicated = theirs["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
-    replicated["template"]["spec"]["template"]["metadata"]["annotations"] = {
-        wire.ADMISSION_ANNOTATION: "700"
-    }
-    job["spec"]["runtimePatches"].insert(0, theirs)
-    custom.replace_namespaced_custom_object(
-        *TRAINER, target.namespace, "trainjobs", target.name, job
-    )
+    add_foreign_admission_entry(custom, target.namespace, target.name, admission="700")
 
 
 def _orphaned_child_job(target: Target) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,14 @@ from tests.shipped import default_image
 
 
 @pytest.fixture(scope="session")
-def docker_engine() -> None:
-    """A running Docker engine: started here unless one answers (DESIGN §4)."""
+def docker_engine() -> Iterator[None]:
+    """A running Docker engine: started here unless one answers, and then stopped
+    again, with its mounts, when the run ends: the host is left as the run found it."""
+    started = not engine.engine_ready()
     engine.ensure_engine()
+    yield
+    if started:
+        engine.stop_ours()
 
 
 @pytest.fixture(scope="session")

@@ -100,9 +100,8 @@ def engine_ready() -> bool:
 def ensure_engine() -> None:
     """Start Debian's dockerd (no bridge, no iptables) unless an engine already answers.
 
-    The daemon outlives this process, so later runs reuse it; `.ci/run` and
-    `python -m tests.cluster up` stop the one they started (`stop_ours`), and
-    `python -m tests.images.engine stop` stops it by hand.
+    `.ci/run`, `python -m tests.cluster up` and a pytest run (the `docker_engine` fixture) stop
+    the one they started (`stop_ours`); `python -m tests.images.engine stop` stops it by hand.
     """
     if engine_ready():
         return

@@ -62,7 +62,13 @@ def _get(api: client.ApiClient, group_version: tuple[str, str], path: str) -> di
 def submit_workflow(
     api: client.ApiClient, namespace: str, template: str, parameters: Mapping[str, str]
 ) -> str:
-    """A Workflow from WorkflowTemplate `template` with `parameters`; returns its name."""
+    """A Workflow from WorkflowTemplate `template` with `parameters`; returns its name.
+
+    The workflow controller resolves `workflowTemplateRef` from its informer's cache, not
+    from the API server, so a Workflow submitted just after its template was created can
+    end at once in Error (`workflowtemplate.argoproj.io "…" not found`) with no node run.
+    That one end is submitted again, until the controller's cache has the template.
+    """
     workflow = {
         "apiVersion": "/".join(ARGO),
         "kind": "Workflow",
@@ -72,7 +78,22 @@ def submit_workflow(
             "arguments": {"parameters": [{"name": k, "value": v} for k, v in parameters.items()]},
         },
     }
-    return str(kube.apply(api, workflow, namespace=namespace)["metadata"]["name"])
+    missing = f'workflowtemplate.argoproj.io "{template}" not found'
+
+    def resolved() -> str | None:
+        name = str(kube.apply(api, workflow, namespace=namespace)["metadata"]["name"])
+        path = f"namespaces/{namespace}/workflows/{name}"
+
+        def taken() -> dict[str, Any] | None:
+            status: dict[str, Any] = _get(api, ARGO, path).get("status") or {}
+            return status if status.get("phase") else None
+
+        status = wait_until(taken, what=f"the controller to take Workflow {name}", timeout=60)
+        if status["phase"] == "Error" and missing in str(status.get("message")):
+            return None
+        return name
+
+    return wait_until(resolved, what=f"WorkflowTemplate {template} in Argo's cache", timeout=60)
 
 
 def run_ended(

@@ -3,7 +3,9 @@
 Level-triggered: each namespace's (or the cluster's) Workloads are listed, then watched,
 and listed again every resync; whatever a watch said or missed, each Workload that lists
 one of our checks goes into a work queue, and a bounded pool of workers gates each from a
-fresh read. Only the replica that holds the Lease lists, watches and writes. With --audit
+fresh read. Only the replica that holds the Lease lists, watches and writes; once its Lease
+is not renewed within the renew deadline it sends no more writes and exits (75), and its
+Deployment starts it again as a standby. With --audit
 (the default) the leader also runs the auditor (controller/auditor.py): every managed
 TrainJob audited as it, its JobSet, Jobs or pods change.
 """
@@ -28,7 +30,7 @@ from dispatch_k8s.controller.leader import Elector
 from dispatch_k8s.controller.queue import WorkQueue
 from dispatch_k8s.controller.reconcile import Gatekeeper
 from dispatch_k8s.core import gate, output, workload
-from dispatch_k8s.core.errors import BadInput, DispatchError
+from dispatch_k8s.core.errors import BadInput, DispatchError, Fenced
 from dispatch_k8s.core.gateway import (
     ADMISSION_CHECK_RESOURCE,
     WORKLOAD_RESOURCE,
@@ -46,8 +48,8 @@ Event = streams.Event
 class Leading:
     """What the leader runs: watches feeding a work queue, and the workers draining it.
 
-    One instance per term: when the Lease is lost its threads wind down and a new term,
-    if this replica leads again, starts afresh.
+    One instance per process, for its one term: every write it sends is fenced by the Lease
+    (controller/leader.py), and a lapsed Lease ends the process.
     """
 
     def __init__(self, gateway: Gateway, settings: ControllerSettings) -> None:
@@ -210,29 +212,35 @@ def run(settings: ControllerSettings) -> int:
         identity=identity,
         lease_seconds=settings.lease_seconds,
     )
+    serve.LEADER.set_function(lambda: 1.0 if elector.leads() else 0.0)
     probes.healthy.set()
     probes.ready.set()  # a standby is ready too: it takes over when the leader goes
     logger.bind(identity=identity, lease=f"{settings.lease_namespace}/{settings.lease_name}").info(
         "campaigning"
     )
-    while elector.acquire(stop):
-        term = Leading(gateway, settings)
+    code = 0
+    if elector.acquire(stop):
+        # One term per process: every write of the term is fenced by the Lease, and a term
+        # that lapses ends the process (as controller-runtime's managers do), so nothing
+        # begun while leading goes on after another replica may have taken over.
+        term = Leading(gateway.fenced(elector.fence), settings)
         lost = threading.Event()
         logger.info("leading")
-        serve.LEADER.set(1)
         term.start()
         keeper = threading.Thread(target=elector.keep, args=(stop, lost), name="lease")
         keeper.start()
         while not (stop.is_set() or lost.is_set()):
             stop.wait(1.0)
-        term.end(timeout=30.0)
-        serve.LEADER.set(0)
-        keeper.join()
-        if stop.is_set():
+        if lost.is_set():
+            logger.error("exiting: another replica may lead now")
+            code = Fenced.exit_code
+        else:
+            term.end(timeout=30.0)
+            keeper.join()
             elector.release()
     server.shutdown()
     logger.info("stopped")
-    return 0
+    return code
 
 
 def main() -> None:

@@ -55,3 +55,11 @@ class Transient(DispatchError):
 
 class Expired(Transient):
     """A watch's resourceVersion is too old for the API server (410): list again."""
+
+
+class Fenced(Transient):
+    """A write refused before it was sent: this replica no longer leads.
+
+    Its Lease was not renewed in time, so another may lead by now; the controller exits and
+    its Deployment starts it again.
+    """

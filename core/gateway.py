@@ -25,6 +25,7 @@ from dispatch_k8s.core.errors import (
     BadInput,
     DispatchError,
     Expired,
+    Fenced,
     Forbidden,
     NotFound,
     PreconditionFailed,
@@ -142,16 +143,18 @@ def _retryable(error: Exception, *, write: bool) -> bool:
     return not write and isinstance(error, urllib3.exceptions.HTTPError)
 
 
-def _call(request: Callable[[], T], *, what: str, write: bool = False) -> T:
+def _call(
+    request: Callable[[], T], *, what: str, write: bool = False, attempts: int = ATTEMPTS
+) -> T:
     import urllib3
     from kubernetes.client.exceptions import ApiException
 
     backoff = FIRST_BACKOFF
-    for attempt in range(1, ATTEMPTS + 1):
+    for attempt in range(1, attempts + 1):
         try:
             return request()
         except (ApiException, urllib3.exceptions.HTTPError) as e:
-            if attempt < ATTEMPTS and _retryable(e, write=write):
+            if attempt < attempts and _retryable(e, write=write):
                 time.sleep(backoff)
                 backoff *= 2
                 continue
@@ -204,8 +207,17 @@ class Gateway:
     as plain JSON.
     """
 
-    def __init__(self, api: ApiClient) -> None:
+    def __init__(self, api: ApiClient, *, fence: Callable[[], None] | None = None) -> None:
         self._api = api
+        self._fence = fence
+
+    def fenced(self, fence: Callable[[], None]) -> Gateway:
+        """The same connection, with `fence` called before every write is sent.
+
+        `fence` raises (Fenced) once this process may no longer write: a leader whose Lease
+        lapsed.
+        """
+        return type(self)(self._api, fence=fence)
 
     @classmethod
     def connect(cls, *, kubeconfig: Path | None, context: str | None) -> Gateway:
@@ -264,6 +276,8 @@ class Gateway:
         """Send one request, its body unread; a status outside 2xx is an ApiException."""
         from kubernetes.client.exceptions import ApiException
 
+        if self._fence is not None and method != "GET":
+            self._fence()  # as late as can be: nothing is sent once it refuses
         headers = {"Accept": JSON}
         if body is not None:
             headers["Content-Type"] = content_type
@@ -568,21 +582,32 @@ class Gateway:
 
     # Leases
 
-    def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+    # A Lease request is tried once, within `timeout`: the elector retries on its own period
+    # and must know by its renew deadline whether it still leads, not a minute later.
+
+    def read_lease(self, namespace: str, name: str, *, timeout: float) -> dict[str, Any] | None:
         """GET a Lease; None when there is none."""
+        path, what = _lease_path(namespace, name), f"Lease {namespace}/{name}"
         try:
-            return self._get(_lease_path(namespace, name), what=f"Lease {namespace}/{name}")
+            return _call(lambda: self._json("GET", path, timeout=timeout), what=what, attempts=1)
         except NotFound:
             return None
 
-    def write_lease(self, lease: Mapping[str, Any]) -> dict[str, Any]:
+    def write_lease(self, lease: Mapping[str, Any], *, timeout: float) -> dict[str, Any]:
         """Create the Lease, or PUT it preconditioned on the resourceVersion it carries."""
         meta = lease["metadata"]
         what = f"Lease {meta['namespace']}/{meta['name']}"
-        if meta.get("resourceVersion"):
-            path = _lease_path(meta["namespace"], meta["name"])
-            return self._write("PUT", path, dict(lease), what=what)
-        return self._write("POST", _lease_path(meta["namespace"]), dict(lease), what=what)
+        method, path = (
+            ("PUT", _lease_path(meta["namespace"], meta["name"]))
+            if meta.get("resourceVersion")
+            else ("POST", _lease_path(meta["namespace"]))
+        )
+        return _call(
+            lambda: self._json(method, path, body=dict(lease), timeout=timeout),
+            what=what,
+            write=True,
+            attempts=1,
+        )
 
     # Events
 
@@ -615,6 +640,8 @@ class Gateway:
         except urllib3.exceptions.HTTPError as e:
             logger.warning(f"cannot record Event {event['reason']}: {type(e).__name__}")
             return False
+        except Fenced:
+            return False  # this replica no longer leads: the next leader records it
         return True
 
     # Jobs

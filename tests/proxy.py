@@ -23,7 +23,9 @@ CHUNK = 65536
 class Proxy:
     """Accepts on a free loopback port; `cut` resets every open connection at once. Faults
     for the connections it accepts from then on: `resetting` (a reset at once), `stalled`
-    (accepted, never answered: a half-open peer), `latency` (seconds added to every chunk)."""
+    (accepted, never answered: a half-open peer), `latency` (seconds added to every chunk).
+    `partition` makes every open connection a black hole too, as a link that stops carrying
+    packets without a reset would: what is sent then is never delivered, even later."""
 
     def __init__(self, target_port: int) -> None:
         self._target = (LOOPBACK, target_port)
@@ -35,6 +37,7 @@ class Proxy:
         self.resetting = False
         self.stalled = False
         self.latency = 0.0
+        self._dropping = False
         self._delay = threading.Event()  # never set: waiting on it is a plain delay
 
     def __enter__(self) -> Proxy:
@@ -54,6 +57,11 @@ class Proxy:
         """How many client connections are open now."""
         with self._lock:
             return len(self._open) // 2
+
+    def partition(self) -> None:
+        """From now on nothing passes: open connections carry nothing, new ones are stalled."""
+        self.stalled = True
+        self._dropping = True
 
     def cut(self) -> None:
         """Reset every open connection, as a dropped link or a restarted server would."""
@@ -86,7 +94,8 @@ class Proxy:
             while data := source.recv(CHUNK):
                 if self.latency:
                     self._delay.wait(self.latency)
-                sink.sendall(data)
+                if not self._dropping:
+                    sink.sendall(data)
         with contextlib.suppress(OSError):
             sink.shutdown(socket.SHUT_WR)
 

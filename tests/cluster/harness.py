@@ -14,6 +14,7 @@ import base64
 import contextlib
 import fcntl
 import functools
+import json
 import os
 import ssl
 import time
@@ -84,6 +85,16 @@ NODE_IDENTITIES: Final = {
     "kube-scheduler": "system:kube-scheduler",
     "apiserver-kubelet-client": "kube-apiserver-kubelet-client",
 }
+# What users of this group send is written to the audit log (logs/audit.log): the tests that
+# must know who wrote what, and when (a fenced leader's writes), act as such users, and no
+# one else's requests cost a line.
+AUDITED_GROUP: Final = "dispatch-test:audited"
+AUDIT_POLICY: Final = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [{"level": "Metadata", "userGroups": [AUDITED_GROUP]}, {"level": "None"}],
+}
 NODE_READY_TIMEOUT: Final = 180.0
 WEBHOOK_UNREACHABLE: Final = "failed calling webhook"
 PROBE_NAME: Final = "dispatch-harness-probe"
@@ -151,6 +162,24 @@ class ControlPlane:
     def logs(self) -> dict[str, Path]:
         """Every component's log file, by component name."""
         return {name: process.log for name, process in self._processes.items()}
+
+    def audited_kubeconfig(self, user: str, path: Path) -> Path:
+        """A kubeconfig for `user` (in system:masters and AUDITED_GROUP), written to `path`:
+        every request it sends is in `audit_events`."""
+        pair = f"audited-{user}"
+        self._ca.client(user, (*ADMIN_GROUPS, AUDITED_GROUP)).write(
+            self._pki / f"{pair}.crt", self._pki / f"{pair}.key"
+        )
+        self._write_kubeconfig_for(user, pair, path)
+        return path
+
+    def audit_events(self, user: str) -> list[dict[str, Any]]:
+        """The requests of audited `user` so far, oldest first, as the API server logged them
+        (one audit.k8s.io/v1 Event per line, at their ResponseComplete stage)."""
+        log = self._logs / "audit.log"
+        lines = log.read_text().splitlines() if log.exists() else []
+        events = (json.loads(line) for line in lines if line.strip())
+        return [event for event in events if event["user"]["username"] == user]
 
     def start(self) -> None:
         """Start everything and wait until it is ready; on failure stop and raise with logs.
@@ -396,6 +425,8 @@ class ControlPlane:
 
     def _start_apiserver(self, binary: Path, etcd_client: int) -> None:
         pki = self._pki
+        policy = self.run_dir / "audit-policy.yaml"
+        policy.write_text(yaml.safe_dump(AUDIT_POLICY))
         self._process(
             "kube-apiserver",
             [
@@ -424,6 +455,8 @@ class ControlPlane:
                 "--kubelet-preferred-address-types=Hostname",
                 f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
                 f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+                f"--audit-policy-file={policy}",
+                f"--audit-log-path={self._logs / 'audit.log'}",
             ],
         )
         self._rest = RestClient(

@@ -1,0 +1,140 @@
+"""A leader whose Lease lapsed writes nothing more: paused (SIGSTOP) past its renew deadline,
+or behind a connection that stopped carrying packets, it sends no request that changes
+anything once the deadline is past, and it exits (75) for its Deployment to start it again.
+
+Who sent what, and when, is read from the API server's audit log (tests/cluster/harness.py:
+the replica acts as an audited user), not from the replica's own word.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+from kubernetes import client
+
+from dispatch_k8s.core import wire
+from tests.cluster.harness import ControlPlane
+from tests.conftest import Cluster
+from tests.integration.conftest import Step, start_args
+from tests.integration.controller import replicas
+from tests.integration.lifecycle import TRAINER, read_trainjob, run_stage
+from tests.proxy import proxied
+from tests.wait import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.policies("none")]
+LEASE_SECONDS: Final = 6  # tests/integration/controller.py runs every replica with it
+RENEW_DEADLINE: Final = timedelta(seconds=LEASE_SECONDS * 2 / 3)
+RETRY_SECONDS: Final = LEASE_SECONDS / 5
+WRITES: Final = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+LEASE_NAME: Final = "dispatch-admission-controller"  # its --lease-name default
+EXITED: Final = 75  # transient: its Deployment starts it again, as a standby
+
+
+@pytest.fixture
+def plane(control_plane: Cluster) -> ControlPlane:
+    """The local control plane, whose audit log tells who sent what."""
+    if control_plane.plane is None:
+        pytest.skip("reads the local control plane's audit log")
+    return control_plane.plane
+
+
+def received(event: dict[str, Any]) -> datetime:
+    return datetime.fromisoformat(event["requestReceivedTimestamp"])
+
+
+def writes_after_the_deadline(events: list[dict[str, Any]]) -> tuple[datetime, list[str]]:
+    """The replica's deadline by the server's clock (its last renewal, which began earlier,
+    plus the renew deadline: later than its own), and each write received after it."""
+    renewals = [
+        e
+        for e in events
+        if e["objectRef"].get("resource") == "leases"
+        and e["verb"] in WRITES
+        and e["responseStatus"]["code"] in (200, 201)
+    ]
+    assert renewals, "the replica never took its Lease"
+    deadline = received(renewals[-1]) + RENEW_DEADLINE
+    late = [
+        f"{e['verb']} {e['requestURI']} at {e['requestReceivedTimestamp']}"
+        for e in events
+        if e["verb"] in WRITES and received(e) > deadline
+    ]
+    return deadline, late
+
+
+def lapsed(coordination: client.CoordinationV1Api, namespace: str) -> None:
+    """Until the Lease has gone unrenewed for more than a lease duration: free for anyone."""
+
+    def free() -> bool | None:
+        spec = coordination.read_namespaced_lease(LEASE_NAME, namespace).spec
+        assert spec is not None
+        assert spec.renew_time is not None
+        return datetime.now(UTC) - spec.renew_time > timedelta(seconds=LEASE_SECONDS + 1) or None
+
+    wait_until(free, what="the paused leader's Lease to lapse", timeout=4 * LEASE_SECONDS)
+
+
+def test_a_leader_paused_past_its_deadline_sends_no_write_when_it_resumes_and_exits(
+    plane: ControlPlane,
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    api_client: client.ApiClient,
+    tmp_path: Path,
+) -> None:
+    user = f"{namespace}-paused"
+    kubeconfig = plane.audited_kubeconfig(user, tmp_path / f"{user}.kubeconfig")
+    custom = client.CustomObjectsApi(api_client)
+    with replicas(kubeconfig, namespace, tmp_path, "paused") as (leader,):
+        wait_until(lambda: leader.leading() or None, what="the replica to lead", timeout=30)
+        started = step("start", *start_args(namespace, torch_runtime, "paused"))
+        assert started.code == 0, started.error
+        name = started.result["name"]
+        assert run_stage(step, "unsuspend", "--namespace", namespace, "--name", name).code == 0
+        leader.process.send_signal(signal.SIGSTOP)
+        paused = datetime.now().astimezone()
+        try:
+            # Work for it, while it cannot look: an opening no raise covers, which its
+            # auditor flags (a write) as soon as it sees it.
+            assert run_stage(step, "hold", "--namespace", namespace, "--name", name).code == 0
+            custom.patch_namespaced_custom_object(
+                *TRAINER, namespace, "trainjobs", name, {"spec": {"suspend": False}}
+            )
+            lapsed(client.CoordinationV1Api(api_client), namespace)
+        finally:
+            leader.process.send_signal(signal.SIGCONT)
+        assert leader.process.wait(timeout=30) == EXITED
+    deadline, late = writes_after_the_deadline(plane.audit_events(user))
+    assert deadline < paused + RENEW_DEADLINE + timedelta(seconds=1)
+    assert late == [], "written after the replica's renew deadline had passed"
+    annotations = read_trainjob(custom, namespace, name)["metadata"].get("annotations") or {}
+    assert wire.FOREIGN_ANNOTATION not in annotations, "the fenced replica flagged nothing"
+
+
+def test_a_leader_behind_a_dead_link_stops_at_its_deadline_and_exits(
+    plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    user = f"{namespace}-partitioned"
+    kubeconfig = plane.audited_kubeconfig(user, tmp_path / f"{user}.kubeconfig")
+    with (
+        proxied(kubeconfig, tmp_path) as (proxy, through_proxy),
+        replicas(through_proxy, namespace, tmp_path, "partitioned") as (leader,),
+    ):
+        wait_until(lambda: leader.leading() or None, what="the replica to lead", timeout=30)
+        proxy.partition()
+        cut_off = time.monotonic()
+        assert leader.process.wait(timeout=60) == EXITED
+        took = time.monotonic() - cut_off
+    # By the deadline its renewal gives up (one attempt, bounded by what is left), within a
+    # retry period it notices, within a second it exits: not the minute four 15 s attempts
+    # of an unbounded read would take.
+    assert took < RENEW_DEADLINE.total_seconds() + RETRY_SECONDS + 3, took
+    records = leader.records()
+    assert any(r.get("message") == "lost the leader Lease" for r in records)
+    _, late = writes_after_the_deadline(plane.audit_events(user))
+    assert late == []

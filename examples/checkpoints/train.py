@@ -1,0 +1,71 @@
+"""A training loop that knows which execution it is (README: Using the epoch in training code).
+
+Run as a TrainJob's trainer command, with the checkpoint volume mounted at --root:
+
+    python train.py --root /checkpoints --steps 1000 --save-every 50
+
+It refuses to start without `DISPATCH_EPOCH` and `DISPATCH_ATTEMPT` (exit 2), resumes from the
+newest complete save (epoch_checkpoints.latest), and saves under its own epoch only, also once
+more when it is asked to stop (SIGTERM, within the pod's grace period). A save made that late,
+after a newer execution began, loses to the newer execution's saves by construction. Each event
+is one JSON line on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from epoch_checkpoints import Execution, MissingIdentity, latest, load, save
+
+STATE = "state.json"
+
+
+def report(event: str, **fields: Any) -> None:
+    """One event, as a JSON line on stdout."""
+    sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
+    sys.stdout.flush()
+
+
+def main(argv: list[str]) -> int:
+    """Train from the newest complete save to --steps; the exit code."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0], allow_abbrev=False)
+    parser.add_argument("--root", type=Path, required=True, help="the shared checkpoint directory")
+    parser.add_argument("--steps", type=int, default=1000, help="train until this step")
+    parser.add_argument("--save-every", type=int, default=50, help="save every N steps")
+    parser.add_argument("--step-seconds", type=float, default=0.1, help="time one step takes")
+    args = parser.parse_args(argv)
+    try:
+        execution = Execution.from_environment()
+    except MissingIdentity as e:
+        sys.stderr.write(f"train.py: not a dispatch-k8s execution: {e}\n")
+        return 2
+    stopping = threading.Event()
+
+    def on_term(signum: int, _: FrameType | None) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, on_term)
+    resumed = latest(args.root)
+    step = json.loads(load(resumed)[STATE])["step"] if resumed else 0
+    report("resumed", epoch=execution.epoch, from_epoch=resumed and resumed.epoch, step=step)
+    while step < args.steps and not stopping.wait(args.step_seconds):
+        step += 1
+        if step % args.save_every == 0:
+            saved = save(args.root, execution, step, {STATE: json.dumps({"step": step}).encode()})
+            report("saved", epoch=saved.epoch, step=step)
+    if stopping.is_set() and step % args.save_every:
+        saved = save(args.root, execution, step, {STATE: json.dumps({"step": step}).encode()})
+        report("saved", epoch=saved.epoch, step=step, on="SIGTERM")
+    report("stopped" if stopping.is_set() else "done", epoch=execution.epoch, step=step)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -29,6 +29,7 @@ from dispatch_k8s.controller.auditor import Auditor
 from dispatch_k8s.controller.leader import Elector
 from dispatch_k8s.controller.queue import WorkQueue
 from dispatch_k8s.controller.reconcile import Gatekeeper
+from dispatch_k8s.controller.threads import Supervisor
 from dispatch_k8s.core import gate, output, workload
 from dispatch_k8s.core.errors import BadInput, DispatchError, Fenced
 from dispatch_k8s.core.gateway import (
@@ -56,6 +57,7 @@ class Leading:
         self._gateway = gateway
         self._settings = settings
         self.ended = threading.Event()
+        self.supervisor = Supervisor(self.ended)
         self.queue: WorkQueue[Key] = WorkQueue()
         self._checks: frozenset[str] = frozenset()
         self._known_checks = threading.Event()
@@ -79,9 +81,7 @@ class Leading:
             self._spawn(f"worker {index}", self._work)
 
     def _spawn(self, name: str, target: Callable[..., None], *args: Any) -> None:
-        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
-        thread.start()
-        self._threads.append(thread)
+        self._threads.append(self.supervisor.spawn(name, target, *args))
 
     def end(self, *, timeout: float) -> None:
         """Stop handing out work; wait for the workers' passes in flight to finish."""
@@ -229,12 +229,17 @@ def run(settings: ControllerSettings) -> int:
         term.start()
         keeper = threading.Thread(target=elector.keep, args=(stop, lost), name="lease")
         keeper.start()
-        while not (stop.is_set() or lost.is_set()):
+        while not (stop.is_set() or lost.is_set() or term.supervisor.died.is_set()):
             stop.wait(1.0)
         if lost.is_set():
             logger.error("exiting: another replica may lead now")
             code = Fenced.exit_code
         else:
+            if term.supervisor.died.is_set():
+                probes.healthy.clear()
+                logger.error("exiting: a thread of the term died (a bug); the Lease is released")
+                code = 1
+                stop.set()  # ends the renewals too
             term.end(timeout=30.0)
             keeper.join()
             elector.release()

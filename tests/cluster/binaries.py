@@ -31,6 +31,7 @@ GO_DIRECTIVE: Final = "1.26.0"  # the highest `go` line of the pinned upstream m
 CONTROL_PLANE: Final = "control-plane"
 ENGINES: Final = "engines"
 BENCH: Final = "bench"  # kubectl, for tests/bench only: never part of a control-plane build
+RELEASE: Final = "release"  # kustomize, for config/ and dist/ only: built when named
 KUBE_VERSION_PACKAGES: Final = (
     "k8s.io/component-base/version",
     "k8s.io/client-go/pkg/version",
@@ -54,7 +55,9 @@ class Component:
     module: str
     version: str
     binaries: dict[str, str]  # binary name -> main package
-    group: str  # "control-plane", "engines" (Argo, Tekton) or "bench" (kubectl): built if asked
+    # "control-plane", "engines" (Argo, Tekton), "bench" (kubectl) or "release" (kustomize):
+    # all but the first built if asked
+    group: str
     tags: tuple[str, ...] = ()  # Go build tags
     # Symlinks of the upstream repository (path -> target) that its module zip lacks: Go
     # module zips drop symlinks. Built from a copy of the module that has them back.
@@ -102,7 +105,9 @@ class Component:
         return digest.hexdigest()[:16]
 
 
-def components(*, engines: bool = False, bench: bool = False) -> list[Component]:
+def components(
+    *, engines: bool = False, bench: bool = False, release: bool = False
+) -> list[Component]:
     """The pinned components in build order: the control plane's, the others' if asked."""
     table = tomllib.loads(VERSIONS_FILE.read_text())
     every = [
@@ -118,7 +123,12 @@ def components(*, engines: bool = False, bench: bool = False) -> list[Component]
         for name, entry in table.items()
         if "binaries" in entry  # a CRD-only entry (prometheus-operator) has nothing to build
     ]
-    wanted = {CONTROL_PLANE} | ({ENGINES} if engines else set()) | ({BENCH} if bench else set())
+    wanted = (
+        {CONTROL_PLANE}
+        | ({ENGINES} if engines else set())
+        | ({BENCH} if bench else set())
+        | ({RELEASE} if release else set())
+    )
     return [c for c in every if c.group in wanted]
 
 
@@ -267,7 +277,7 @@ def main(argv: list[str]) -> int:
     engines = "--engines" in names
     names = [name for name in names if name != "--engines"]
     chosen = (
-        [c for c in components(engines=True, bench=True) if c.name in names]
+        [c for c in components(engines=True, bench=True, release=True) if c.name in names]
         if names
         else components(engines=engines)
     )

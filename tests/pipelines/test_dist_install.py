@@ -1,0 +1,152 @@
+"""dist/'s bundles on a cluster of their own, as `kubectl apply --server-side -f` and
+`kubectl delete -f` use them: install, apply again (nothing changes), upgrade in place (the plain
+bundle to the Kueue one, then a new image), delete, and nothing left but Events.
+
+The plane is this module's own: the bundle's objects have the names the session's fixtures give
+theirs (the policies, the torch runtime, dispatch-system), and deleting it would remove those.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from tests import dist
+from tests.cluster.harness import ControlPlane
+from tests.conftest import EXISTING_CLUSTER_ENV
+from tests.pipelines import kube
+from tests.shipped import Manifest, default_image
+from tests.wait import wait_until
+
+pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]
+
+Key = tuple[str, str, str, str]  # apiVersion, kind, namespace ("" if cluster-scoped), name
+EVENT_KINDS: Final = {("v1", "Event"), ("events.k8s.io/v1", "Event")}
+CONTROLLER: Final = ("apps/v1", "Deployment", "dispatch-system", "dispatch-admission-controller")
+
+
+@pytest.fixture(scope="module")
+def fresh_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[client.ApiClient]:
+    """A local control plane started for this module alone (no node: nothing here runs pods)."""
+    if os.environ.get(EXISTING_CLUSTER_ENV):
+        pytest.skip("the bundle is installed and deleted on a local control plane of its own")
+    with ControlPlane(tmp_path_factory.mktemp("install-plane")) as plane:
+        api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(plane.kubeconfig)
+        )
+        with contextlib.closing(api):
+            yield api
+
+
+def key(o: Manifest) -> Key:
+    metadata = o["metadata"]
+    return (o["apiVersion"], o["kind"], metadata.get("namespace", ""), metadata["name"])
+
+
+def apply_all(api: client.ApiClient, objects: list[Manifest]) -> dict[Key, tuple[str, str]]:
+    """Server-side apply each object in the bundle's order: by key, its uid and the revision of
+    what was applied (metadata.generation where the kind has one: its controllers' status
+    writes, Kueue's on the AdmissionCheck, move the resourceVersion but not that)."""
+    applied = {}
+    for o in objects:
+        metadata = kube.apply(api, o, namespace=None)["metadata"]
+        revision = metadata.get("generation", metadata["resourceVersion"])
+        applied[key(o)] = (metadata["uid"], str(revision))
+    return applied
+
+
+def stored(api: client.ApiClient, k: Key) -> Manifest | None:
+    api_version, kind, namespace, name = k
+    resource = kube.discover(api, api_version, kind)
+    try:
+        return kube.request(api, "GET", resource.path(namespace=namespace or None, name=name))
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def everything(api: client.ApiClient) -> set[Key]:
+    """Every object of every kind the server lists, in every namespace."""
+    prefixes = ["/api/v1"] + [
+        f"/apis/{group['preferredVersion']['groupVersion']}"
+        for group in kube.request(api, "GET", "/apis")["groups"]
+    ]
+    found = set()
+    for prefix in prefixes:
+        api_version = prefix.removeprefix("/api/").removeprefix("/apis/")
+        for resource in kube.request(api, "GET", prefix)["resources"]:
+            if "/" in resource["name"] or "list" not in resource["verbs"]:
+                continue
+            listing = kube.request(api, "GET", f"{prefix}/{resource['name']}")
+            found |= {
+                (
+                    api_version,
+                    resource["kind"],
+                    i["metadata"].get("namespace", ""),
+                    i["metadata"]["name"],
+                )
+                for i in listing["items"]
+            }
+    return found
+
+
+def renamed_kueue_bundle(tmp_path: Path, image: str) -> list[Manifest]:
+    """config/kueue with the image renamed, as a user's overlay would: the next release."""
+    name, tag = image.rsplit(":", 1)
+    base = os.path.relpath(dist.CONFIG / "kueue", tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(
+        f"resources: [{base}]\nimages: [{{name: dispatch-k8s, newName: {name}, newTag: '{tag}'}}]\n"
+    )
+    return dist.objects(dist.build(tmp_path))
+
+
+def test_the_bundles_install_upgrade_in_place_and_delete_to_nothing_but_events(
+    fresh_api: client.ApiClient, tmp_path: Path
+) -> None:
+    api = fresh_api
+    before = everything(api)
+    plain = dist.objects((dist.DIST / "install.yaml").read_text())
+    kueue = dist.objects((dist.DIST / "install-kueue.yaml").read_text())
+    assert {key(o) for o in plain} < {key(o) for o in kueue}
+
+    installed = apply_all(api, plain)
+    assert set(installed) == {key(o) for o in plain}
+    assert not set(installed) & before  # from nothing
+
+    # Applied again, the same bundle changes nothing.
+    assert apply_all(api, plain) == installed
+
+    # The Kueue bundle over the plain one: the objects they share are the same objects.
+    upgraded = apply_all(api, kueue)
+    assert {k: upgraded[k][0] for k in installed} == {k: uid for k, (uid, _) in installed.items()}
+    assert CONTROLLER in upgraded
+
+    # The next release's image: the controller's Deployment changes in place, nothing else.
+    image = "registry.example/team/dispatch-k8s:9.9"
+    released = apply_all(api, renamed_kueue_bundle(tmp_path, image))
+    assert {k: uid for k, (uid, _) in released.items()} == {k: u for k, (u, _) in upgraded.items()}
+    changed = {k for k in released if released[k][1] != upgraded[k][1]}
+    assert changed == {CONTROLLER}
+    deployment = stored(api, CONTROLLER)
+    assert deployment is not None
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == image != default_image()
+
+    # `kubectl delete -f dist/install-kueue.yaml`: each object, in the bundle's order.
+    for o in kueue:
+        kube.delete(api, o, namespace=o["metadata"].get("namespace"))
+    wait_until(
+        lambda: all(stored(api, key(o)) is None for o in kueue) or None,
+        what="every object of the bundle gone (dispatch-system finishes deleting)",
+        timeout=120,
+    )
+    left = everything(api) - before
+    assert {(api_version, kind) for api_version, kind, _, _ in left} <= EVENT_KINDS, sorted(left)

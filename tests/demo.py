@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from kubernetes import client, config
 
@@ -46,6 +47,8 @@ from tests.node.executions import (
     start_flags,
 )
 from tests.wait import wait_until
+
+CLUSTER_START_SECONDS: Final = 60  # the local cluster with its node, warm, here
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,24 +98,53 @@ class Demo:
         return str(self.step("start", *flags).result["name"])
 
     def see(self, mode: str, event: str, name: str, identity: Identity, *, a: int, j: int) -> None:
-        """Record what the execution with A = a and J = j printed."""
+        """Record what the execution with A = a and J = j printed, and say it at once."""
+        say(f"{mode}: {event}: {identity.job_id} waits for its execution A={a} J={j} to print")
         line = printed(client.CoreV1Api(self.api), self.namespace, name, restart=j, admission=a)
-        self.rows.append(Row(mode, event, a, j, identity, line))
+        row = Row(mode, event, a, j, identity, line)
+        self.rows.append(row)
+        say(
+            f"{mode}: {event}: {identity.job_id} printed R={a + j} "
+            f"DISPATCH_EPOCH={line.epoch} DISPATCH_ATTEMPT={line.attempt}"
+        )
 
     def table(self) -> str:
         """The executions, one row each."""
         header = (
-            f"{'mode':<6} {'event':<20} {'R':>2} {'A':>2} {'J':>2}  "
+            f"{'mode':<6} {'job':<12} {'event':<20} {'R':>2} {'A':>2} {'J':>2}  "
             f"{'DISPATCH_EPOCH':<16} {'DISPATCH_ATTEMPT':<24} formulas"
         )
         lines = [header, "-" * len(header)]
         for row in self.rows:
             lines.append(
-                f"{row.mode:<6} {row.event:<20} {row.admission + row.restart:>2} "
-                f"{row.admission:>2} {row.restart:>2}  {row.printed.epoch:<16} "
-                f"{row.printed.attempt:<24} {'agree' if row.as_formulas_say else 'DIFFER'}"
+                f"{row.mode:<6} {row.identity.job_id:<12} {row.event:<20} "
+                f"{row.admission + row.restart:>2} {row.admission:>2} {row.restart:>2}  "
+                f"{row.printed.epoch:<16} {row.printed.attempt:<24} "
+                f"{'agree' if row.as_formulas_say else 'DIFFER'}"
             )
         return "\n".join(lines)
+
+    def verdict(self) -> tuple[bool, str]:
+        """Whether every epoch is above the one before it of the same job, and the formulas
+        agree with every line printed; and the closing line that says so."""
+        last: dict[str, int] = {}
+        rising = True
+        for row in self.rows:
+            job = row.identity.job_id
+            rising = rising and row.printed.epoch > last.get(job, 0)
+            last[job] = row.printed.epoch
+        agree = all(row.as_formulas_say for row in self.rows)
+        passed = rising and agree and bool(self.rows)
+        return passed, (
+            f"{len(self.rows)} executions of {len(last)} jobs; every epoch above the last of its "
+            f"job: {'yes' if rising else 'NO'}; every line as the formulas say: "
+            f"{'yes' if agree else 'NO'}: {'PASS' if passed else 'FAIL'}"
+        )
+
+
+def say(line: str) -> None:
+    """One line of narration, as it happens."""
+    sys.stderr.write(f"demo: {line}\n")
 
 
 def plain_lifecycle(demo: Demo) -> None:
@@ -166,8 +198,13 @@ def cluster(kubeconfig: Path | None) -> Iterator[Path]:
         yield kubeconfig
         return
     run_dir = Path(tempfile.mkdtemp(prefix="dispatch-k8s-demo-"))
-    with ControlPlane(run_dir, node=True) as plane:
-        sys.stderr.write(f"local cluster ready in {plane.started_seconds:.1f}s\n")
+    say(
+        "starting the local cluster: etcd, kube-apiserver, kube-controller-manager, JobSet, "
+        "Kueue, Trainer, and a real node (kubelet, containerd, kube-scheduler); about "
+        f"{CLUSTER_START_SECONDS} s on two cores"
+    )
+    with ControlPlane(run_dir, node=True, progress=say) as plane:
+        say(f"local cluster ready in {plane.started_seconds:.1f}s")
         yield plane.kubeconfig
 
 
@@ -192,13 +229,17 @@ def main(argv: list[str]) -> int:
         demo = Demo(kubeconfig=kubeconfig, api=api, namespace=namespace, image=args.image)
         kueue = KueueSetup(client.CustomObjectsApi(api), namespace)
         try:
+            say("plain mode: open, a JobSet restart (the first container exits 1), hold, release")
             plain_lifecycle(demo)
+            say("Kueue mode: admission, preemption by a higher priority, re-admission")
             kueue_lifecycle(demo, kueue)
         finally:
             sys.stdout.write(demo.table() + "\n")
             kueue.delete()
             core.delete_namespace(namespace)
-    return 0 if all(row.as_formulas_say for row in demo.rows) else 1
+    passed, closing = demo.verdict()
+    sys.stdout.write(closing + "\n")
+    return 0 if passed else 1
 
 
 if __name__ == "__main__":

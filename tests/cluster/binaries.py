@@ -19,7 +19,7 @@ import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import IO, Final
 
 HERE: Final = Path(__file__).resolve().parent
 VERSIONS_FILE: Final = HERE / "versions.toml"
@@ -32,6 +32,20 @@ CONTROL_PLANE: Final = "control-plane"
 ENGINES: Final = "engines"
 BENCH: Final = "bench"  # kubectl, for tests/bench only: never part of a control-plane build
 RELEASE: Final = "release"  # kustomize, for config/ and dist/ only: built when named
+# What each component's first build took on a new machine (2 cores, Go's module downloads
+# included), from `time scripts/setup` on 2026-12-02: told before a build starts, so nobody
+# wonders whether a quiet 20 minutes is a hang. Each build's own output goes to
+# <cache>/<name>-build.log.
+COLD_BUILD_SECONDS: Final = {
+    "kubernetes": 386,
+    "etcd": 23,
+    "jobset": 74,
+    "kueue": 221,
+    "trainer": 84,
+    "argo": 278,
+    "tekton": 115,
+    "kustomize": 67,
+}
 KUBE_VERSION_PACKAGES: Final = (
     "k8s.io/component-base/version",
     "k8s.io/client-go/pkg/version",
@@ -132,16 +146,27 @@ def components(
     return [c for c in every if c.group in wanted]
 
 
-def _go(*args: str, cwd: Path, capture: bool = False) -> str:
+def _go(*args: str, cwd: Path, capture: bool = False, log: IO[str] | None = None) -> str:
+    """Run the go tool; with `log`, its own output (the module downloads: hundreds of lines on
+    a new machine) goes there, and only its tail is shown if it fails."""
     env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-trimpath -buildvcs=false"}
-    done = subprocess.run(
-        ["go", *args],
-        cwd=cwd,
-        env=env,
-        check=True,
-        text=True,
-        stdout=subprocess.PIPE if capture else None,
-    )
+    try:
+        done = subprocess.run(
+            ["go", *args],
+            cwd=cwd,
+            env=env,
+            check=True,
+            text=True,
+            stdout=subprocess.PIPE if capture else log,
+            stderr=log,
+        )
+    except subprocess.CalledProcessError:
+        if log is not None:
+            log.flush()
+            tail = Path(log.name).read_text().splitlines()[-30:]
+            sys.stderr.write("\n".join([f"go {args[0]} failed; the end of {log.name}:", *tail]))
+            sys.stderr.write("\n")
+        raise
     return done.stdout if capture else ""
 
 
@@ -214,17 +239,20 @@ def build(component: Component, go_version_text: str) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{component.name}-", dir=target.parent))
     started = time.monotonic()
     workdir = _with_links_restored(component, staging) if component.links else None
-    for binary, package in component.binaries.items():
-        _go(
-            "build",
-            *(["-tags", ",".join(component.tags)] if component.tags else []),
-            "-ldflags",
-            component.ldflags(),
-            "-o",
-            str(staging / binary),
-            package,
-            cwd=workdir or component.wrapper_dir,
-        )
+    log_path = target.parent / f"{component.name}-build.log"
+    with log_path.open("w") as log:
+        for binary, package in component.binaries.items():
+            _go(
+                "build",
+                *(["-tags", ",".join(component.tags)] if component.tags else []),
+                "-ldflags",
+                component.ldflags(),
+                "-o",
+                str(staging / binary),
+                package,
+                cwd=workdir or component.wrapper_dir,
+                log=log,
+            )
     if workdir is not None:
         shutil.rmtree(workdir.parent, ignore_errors=True)
     (staging / ".ok").write_text(f"{time.monotonic() - started:.0f}s\n")
@@ -271,6 +299,10 @@ def binaries(go_version_text: str | None = None, *, engines: bool = False) -> di
     return paths
 
 
+def _about(seconds: int) -> str:
+    return f"about {round(seconds / 60)} min" if seconds >= 90 else f"about {seconds} s"
+
+
 def main(argv: list[str]) -> int:
     """Entry point: `pin [NAME…]`, or `build [--engines] [NAME…]`."""
     command, *names = argv or ["build"]
@@ -287,8 +319,22 @@ def main(argv: list[str]) -> int:
         return 0
     if command == "build":
         version = go_version()
+        to_build = [c for c in chosen if not (binary_dir(c, version) / ".ok").exists()]
+        if to_build:
+            cold = sum(COLD_BUILD_SECONDS.get(c.name, 0) for c in to_build)
+            sys.stderr.write(
+                f"building from source: {', '.join(c.name for c in to_build)}; on this "
+                f"project's 2-core machine that took {_about(cold)} on a new machine (Go's "
+                f"downloads included), 0 s once cached in {cache_root()}\n"
+            )
         for component in chosen:
             started = time.monotonic()
+            if component in to_build:
+                took = _about(COLD_BUILD_SECONDS.get(component.name, 0))
+                sys.stderr.write(
+                    f"{component.name} {component.version}: building "
+                    f"{', '.join(component.binaries)} ({took} cold)\n"
+                )
             built = build(component, version)
             sys.stderr.write(
                 f"{component.name} {component.version}: {built} "

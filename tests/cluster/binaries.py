@@ -31,7 +31,7 @@ GO_DIRECTIVE: Final = "1.26.0"  # the highest `go` line of the pinned upstream m
 CONTROL_PLANE: Final = "control-plane"
 ENGINES: Final = "engines"
 BENCH: Final = "bench"  # kubectl, for tests/bench only: never part of a control-plane build
-RELEASE: Final = "release"  # kustomize, for config/ and dist/ only: built when named
+RELEASE: Final = "release"  # kustomize and helm, for config/, dist/ and charts/: built when named
 # What each component's first build took on a new machine (2 cores, Go's module downloads
 # included), from `time scripts/setup` on 2026-12-02: told before a build starts, so nobody
 # wonders whether a quiet 20 minutes is a hang. Each build's own output goes to
@@ -45,6 +45,7 @@ COLD_BUILD_SECONDS: Final = {
     "argo": 278,
     "tekton": 115,
     "kustomize": 67,
+    "helm": 163,
 }
 KUBE_VERSION_PACKAGES: Final = (
     "k8s.io/component-base/version",
@@ -69,13 +70,15 @@ class Component:
     module: str
     version: str
     binaries: dict[str, str]  # binary name -> main package
-    # "control-plane", "engines" (Argo, Tekton), "bench" (kubectl) or "release" (kustomize):
-    # all but the first built if asked
+    # "control-plane", "engines" (Argo, Tekton), "bench" (kubectl) or "release" (kustomize,
+    # helm): all but the first built if asked
     group: str
     tags: tuple[str, ...] = ()  # Go build tags
     # Symlinks of the upstream repository (path -> target) that its module zip lacks: Go
     # module zips drop symlinks. Built from a copy of the module that has them back.
     links: dict[str, str] = field(default_factory=dict)
+    # Go variables set at link time (package.variable -> value), as the upstream release does.
+    stamps: dict[str, str] = field(default_factory=dict)
 
     @property
     def wrapper_dir(self) -> Path:
@@ -83,8 +86,8 @@ class Component:
         return MODULES_DIR / self.name
 
     def ldflags(self) -> str:
-        """Linker flags: stripped, and for Kubernetes the release version stamped in."""
-        flags = ["-s", "-w"]
+        """Linker flags: stripped, the stamps set, and for Kubernetes the release version in."""
+        flags = ["-s", "-w", *(f"-X {name}={value}" for name, value in self.stamps.items())]
         if self.module == "k8s.io/kubernetes":
             major, minor = self.version.removeprefix("v").split(".")[:2]
             for package in KUBE_VERSION_PACKAGES:
@@ -133,6 +136,7 @@ def components(
             group=entry.get("group", CONTROL_PLANE),
             tags=tuple(entry.get("tags", ())),
             links=dict(entry.get("links", {})),
+            stamps=dict(entry.get("stamps", {})),
         )
         for name, entry in table.items()
         if "binaries" in entry  # a CRD-only entry (prometheus-operator) has nothing to build

@@ -3,13 +3,17 @@ cluster, the shipped identity and queues."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from kubernetes import client
+from kubernetes import client, config
 
-from tests.conftest import Cluster
+from tests.cluster.harness import ControlPlane
+from tests.conftest import EXISTING_CLUSTER_ENV, Cluster
 from tests.images import engine
 from tests.images.conftest import debian_image, docker_engine, step_image
 from tests.integration.conftest import custom, kueue, step
@@ -19,6 +23,29 @@ from tests.pipelines.controller_identity import controller_identity
 from tests.pipelines.identity import StepIdentity, install_identity
 from tests.pipelines.queues import Queues, install_queues
 from tests.shipped import install_runtime
+
+
+@dataclass(frozen=True, slots=True)
+class FreshPlane:
+    """A local control plane of one test module's own: its admin kubeconfig and a client."""
+
+    kubeconfig: Path
+    api: client.ApiClient
+
+
+@pytest.fixture(scope="module")
+def fresh_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshPlane]:
+    """A local control plane started for the module alone (no node: nothing there runs pods).
+    The installs tested on it create objects with the names the session's fixtures give theirs
+    (the policies, the torch runtime, dispatch-system), and their uninstalls delete them."""
+    if os.environ.get(EXISTING_CLUSTER_ENV):
+        pytest.skip("installed and removed on a local control plane of its own")
+    with ControlPlane(tmp_path_factory.mktemp("install-plane")) as plane:
+        api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(plane.kubeconfig)
+        )
+        with contextlib.closing(api):
+            yield FreshPlane(plane.kubeconfig, api)
 
 
 @pytest.fixture(scope="session")

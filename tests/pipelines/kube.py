@@ -13,6 +13,7 @@ from typing import Any, Final
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+Key = tuple[str, str, str, str]  # apiVersion, kind, namespace ("" if cluster-scoped), name
 APPLY: Final = "application/apply-patch+yaml"  # server-side apply; JSON is valid YAML
 FIELD_MANAGER: Final = "dispatch-k8s-tests"
 
@@ -143,3 +144,46 @@ def delete(api: client.ApiClient, body: dict[str, Any], *, namespace: str | None
     except ApiException as e:
         if e.status != 404:
             raise
+
+
+def key(o: dict[str, Any]) -> Key:
+    """An object's identity on the server."""
+    metadata = o["metadata"]
+    return (o["apiVersion"], o["kind"], metadata.get("namespace", ""), metadata["name"])
+
+
+def stored(api: client.ApiClient, k: Key) -> dict[str, Any] | None:
+    """The object `k` as the server holds it, or None if it has none."""
+    api_version, kind, namespace, name = k
+    resource = discover(api, api_version, kind)
+    try:
+        return request(api, "GET", resource.path(namespace=namespace or None, name=name))
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def everything(api: client.ApiClient) -> set[Key]:
+    """Every object of every kind the server lists, in every namespace."""
+    prefixes = ["/api/v1"] + [
+        f"/apis/{group['preferredVersion']['groupVersion']}"
+        for group in request(api, "GET", "/apis")["groups"]
+    ]
+    found = set()
+    for prefix in prefixes:
+        api_version = prefix.removeprefix("/api/").removeprefix("/apis/")
+        for resource in request(api, "GET", prefix)["resources"]:
+            if "/" in resource["name"] or "list" not in resource["verbs"]:
+                continue
+            listing = request(api, "GET", f"{prefix}/{resource['name']}")
+            found |= {
+                (
+                    api_version,
+                    resource["kind"],
+                    i["metadata"].get("namespace", ""),
+                    i["metadata"]["name"],
+                )
+                for i in listing["items"]
+            }
+    return found

@@ -8,49 +8,26 @@ theirs (the policies, the torch runtime, dispatch-system), and deleting it would
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
 import pytest
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
+from kubernetes import client
 
 from tests import dist
-from tests.cluster.harness import ControlPlane
-from tests.conftest import EXISTING_CLUSTER_ENV
 from tests.pipelines import kube
+from tests.pipelines.conftest import FreshPlane
 from tests.shipped import Manifest, default_image
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]
 
-Key = tuple[str, str, str, str]  # apiVersion, kind, namespace ("" if cluster-scoped), name
 EVENT_KINDS: Final = {("v1", "Event"), ("events.k8s.io/v1", "Event")}
 CONTROLLER: Final = ("apps/v1", "Deployment", "dispatch-system", "dispatch-admission-controller")
 
 
-@pytest.fixture(scope="module")
-def fresh_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[client.ApiClient]:
-    """A local control plane started for this module alone (no node: nothing here runs pods)."""
-    if os.environ.get(EXISTING_CLUSTER_ENV):
-        pytest.skip("the bundle is installed and deleted on a local control plane of its own")
-    with ControlPlane(tmp_path_factory.mktemp("install-plane")) as plane:
-        api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=str(plane.kubeconfig)
-        )
-        with contextlib.closing(api):
-            yield api
-
-
-def key(o: Manifest) -> Key:
-    metadata = o["metadata"]
-    return (o["apiVersion"], o["kind"], metadata.get("namespace", ""), metadata["name"])
-
-
-def apply_all(api: client.ApiClient, objects: list[Manifest]) -> dict[Key, tuple[str, str]]:
+def apply_all(api: client.ApiClient, objects: list[Manifest]) -> dict[kube.Key, tuple[str, str]]:
     """Server-side apply each object in the bundle's order: by key, its uid and the revision of
     what was applied (metadata.generation where the kind has one: its controllers' status
     writes, Kueue's on the AdmissionCheck, move the resourceVersion but not that)."""
@@ -58,44 +35,8 @@ def apply_all(api: client.ApiClient, objects: list[Manifest]) -> dict[Key, tuple
     for o in objects:
         metadata = kube.apply(api, o, namespace=None)["metadata"]
         revision = metadata.get("generation", metadata["resourceVersion"])
-        applied[key(o)] = (metadata["uid"], str(revision))
+        applied[kube.key(o)] = (metadata["uid"], str(revision))
     return applied
-
-
-def stored(api: client.ApiClient, k: Key) -> Manifest | None:
-    api_version, kind, namespace, name = k
-    resource = kube.discover(api, api_version, kind)
-    try:
-        return kube.request(api, "GET", resource.path(namespace=namespace or None, name=name))
-    except ApiException as e:
-        if e.status == 404:
-            return None
-        raise
-
-
-def everything(api: client.ApiClient) -> set[Key]:
-    """Every object of every kind the server lists, in every namespace."""
-    prefixes = ["/api/v1"] + [
-        f"/apis/{group['preferredVersion']['groupVersion']}"
-        for group in kube.request(api, "GET", "/apis")["groups"]
-    ]
-    found = set()
-    for prefix in prefixes:
-        api_version = prefix.removeprefix("/api/").removeprefix("/apis/")
-        for resource in kube.request(api, "GET", prefix)["resources"]:
-            if "/" in resource["name"] or "list" not in resource["verbs"]:
-                continue
-            listing = kube.request(api, "GET", f"{prefix}/{resource['name']}")
-            found |= {
-                (
-                    api_version,
-                    resource["kind"],
-                    i["metadata"].get("namespace", ""),
-                    i["metadata"]["name"],
-                )
-                for i in listing["items"]
-            }
-    return found
 
 
 def renamed_kueue_bundle(tmp_path: Path, image: str) -> list[Manifest]:
@@ -109,16 +50,16 @@ def renamed_kueue_bundle(tmp_path: Path, image: str) -> list[Manifest]:
 
 
 def test_the_bundles_install_upgrade_in_place_and_delete_to_nothing_but_events(
-    fresh_api: client.ApiClient, tmp_path: Path
+    fresh_plane: FreshPlane, tmp_path: Path
 ) -> None:
-    api = fresh_api
-    before = everything(api)
+    api = fresh_plane.api
+    before = kube.everything(api)
     plain = dist.objects((dist.DIST / "install.yaml").read_text())
     kueue = dist.objects((dist.DIST / "install-kueue.yaml").read_text())
-    assert {key(o) for o in plain} < {key(o) for o in kueue}
+    assert {kube.key(o) for o in plain} < {kube.key(o) for o in kueue}
 
     installed = apply_all(api, plain)
-    assert set(installed) == {key(o) for o in plain}
+    assert set(installed) == {kube.key(o) for o in plain}
     assert not set(installed) & before  # from nothing
 
     # Applied again, the same bundle changes nothing.
@@ -135,7 +76,7 @@ def test_the_bundles_install_upgrade_in_place_and_delete_to_nothing_but_events(
     assert {k: uid for k, (uid, _) in released.items()} == {k: u for k, (u, _) in upgraded.items()}
     changed = {k for k in released if released[k][1] != upgraded[k][1]}
     assert changed == {CONTROLLER}
-    deployment = stored(api, CONTROLLER)
+    deployment = kube.stored(api, CONTROLLER)
     assert deployment is not None
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["image"] == image != default_image()
@@ -144,9 +85,9 @@ def test_the_bundles_install_upgrade_in_place_and_delete_to_nothing_but_events(
     for o in kueue:
         kube.delete(api, o, namespace=o["metadata"].get("namespace"))
     wait_until(
-        lambda: all(stored(api, key(o)) is None for o in kueue) or None,
+        lambda: all(kube.stored(api, kube.key(o)) is None for o in kueue) or None,
         what="every object of the bundle gone (dispatch-system finishes deleting)",
         timeout=120,
     )
-    left = everything(api) - before
+    left = kube.everything(api) - before
     assert {(api_version, kind) for api_version, kind, _, _ in left} <= EVENT_KINDS, sorted(left)

@@ -15,6 +15,8 @@ detection only), with what that install must do:
 - `put back`: accepted, and the controllers undo it (Trainer suspends the JobSet again from its
   TrainJob, JobSet its Jobs) before any execution printed;
 - `blocked`: accepted, and the job can no longer be opened (`dispatch-unsuspend` exits 6);
+- `its opening refused RULE`: accepted, and the opening a controller then makes (Kueue's, read
+  from its log) is refused with RULE: nothing runs;
 - `UNSEEN`: accepted, an execution repeats R, and the audit exits 0: the limit of detection
   alone (README: the trust boundary), where the records the audit compares with are the
   actor's to erase. Asserted as it is, so that a fix turns the cell red until it is moved;
@@ -24,7 +26,8 @@ Where an accepted edit matters only once something runs again, the cell's follow
 would come next (the next execution, a release by `dispatch-unsuspend`, a rerun) before the
 audit or the R check. Stages: `suspended` (started, never opened, JobSet has made its Jobs),
 `running` (opened by `dispatch-unsuspend`, R = 1 printed and audited), `held` (then held by
-`dispatch-hold` and drained).
+`dispatch-hold` and drained), `queued` (queued through Kueue, quota reserved, the dispatch
+admission check Pending).
 
 trainjob patch member: release-by-hand (held)
     all: R up, last 2; guard: refused open-after-raise; none: flagged
@@ -56,6 +59,8 @@ runtime patch member: trainer-command (suspended)
     every install: flagged
 runtime delete member: delete (suspended)
     every install: blocked
+workload-status ssa-force steps: check-ready-without-a-raise (queued)
+    all: R up, last 1; guard: its opening refused open-after-raise; none: flagged
 jobset patch member: open-by-hand (suspended)
     all, guard: refused jobset-suspend; none: put back
 jobset ssa-force member: open-by-hand (suspended)
@@ -112,6 +117,7 @@ import contextlib
 import copy
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final, Literal
 
 import pytest
@@ -119,6 +125,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core import wire
+from tests.conftest import Cluster
 from tests.integration.conftest import Step
 from tests.integration.lifecycle import (
     JOBSET,
@@ -129,6 +136,7 @@ from tests.integration.lifecycle import (
     wait_for_drained_jobset,
 )
 from tests.integration.team import NAME as MEMBER_NAME
+from tests.kueue_objects import KUEUE, KueueSetup, now
 from tests.node.executions import (
     DEADLINE,
     NODE_RUNTIME,
@@ -145,7 +153,7 @@ from tests.wait import wait_until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 Install = Literal["all", "guard", "none"]
-Stage = Literal["suspended", "running", "held"]
+Stage = Literal["suspended", "running", "held", "queued"]
 Actor = Literal["member", "steps"]
 RuntimeShape = Literal["cluster", "namespaced", "two-jobs"]
 ATTACKER: Final = "someone.example/tweaks"  # the field manager of the attacks' applies
@@ -196,7 +204,15 @@ class PutBack:
     JobSet its Jobs) before any execution printed."""
 
 
-Outcome = Refused | Flagged | RaisedR | Blocked | Unseen | PutBack
+@dataclass(frozen=True, slots=True)
+class OpeningRefused:
+    """Accepted; the opening a controller then makes (Kueue's) is refused with this rule, and
+    nothing runs."""
+
+    rule: str
+
+
+Outcome = Refused | Flagged | RaisedR | Blocked | Unseen | PutBack | OpeningRefused
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +235,8 @@ class Target:
     step: Step
     before: list[Ran] = field(default_factory=list)  # the executions before the attack
     refusals: list[str] = field(default_factory=list)  # what the follow-up was refused
+    check: str = ""  # the dispatch AdmissionCheck of the job's ClusterQueue (stage queued)
+    kueue_log: Path | None = None
 
     @property
     def seen(self) -> set[str]:
@@ -339,6 +357,25 @@ def _rerun_by_job_suspend(target: Target) -> None:
     """A rerun: the trainer Job suspended by hand, which JobSet resumes with a new pod."""
     _suspend_job(target)
     _next_execution(target)
+
+
+def _opening_refused_to_kueue(target: Target) -> None:
+    """Kueue admits the Workload and opens the TrainJob; the guard refuses that opening (its
+    refusal is in Kueue's log) and the job stays suspended."""
+    log = target.kueue_log
+    assert log is not None, "Kueue's log of the local control plane"
+
+    def refused() -> bool | None:
+        return (
+            any(
+                target.name in line and "dispatch-k8s guard open-after-raise:" in line
+                for line in log.read_text().splitlines()
+            )
+            or None
+        )
+
+    wait_until(refused, what=f"Kueue's opening of {target.name} to be refused", timeout=DEADLINE)
+    assert target.trainjob()["spec"]["suspend"] is True
 
 
 def _put_back(target: Target) -> None:
@@ -586,6 +623,56 @@ def _delete_runtime(target: Target) -> None:
     )
 
 
+# --- edits: the Workload -----------------------------------------------------------------
+
+
+def _workload(target: Target) -> dict[str, Any]:
+    """The job's Workload, once Kueue has reserved quota and our check waits (Pending)."""
+    custom = client.CustomObjectsApi(target.admin)
+    uid = target.trainjob()["metadata"]["uid"]
+
+    def reserved() -> dict[str, Any] | None:
+        listed = as_dict(
+            custom.list_namespaced_custom_object(
+                *KUEUE,
+                target.namespace,
+                "workloads",
+                label_selector=f"{wire.KUEUE_JOB_UID_LABEL}={uid}",
+            )
+        )
+        for workload in listed["items"]:
+            checks = workload.get("status", {}).get("admissionChecks") or []
+            if any(c["name"] == target.check and c["state"] == "Pending" for c in checks):
+                return dict(workload)
+        return None
+
+    return wait_until(
+        reserved, what=f"{target.name}'s Workload to wait on its check", timeout=DEADLINE
+    )
+
+
+def _check_ready_without_a_raise(target: Target) -> None:
+    """Our admission check set Ready, as dispatch-approve does, but without admit's raise of A."""
+    name = _workload(target)["metadata"]["name"]
+    entry = {
+        "name": target.check,
+        "state": "Ready",
+        "message": "by hand",
+        "lastTransitionTime": now(),
+    }
+    body = {
+        "apiVersion": f"{wire.KUEUE_GROUP}/{wire.KUEUE_VERSION}",
+        "kind": "Workload",
+        "metadata": {"name": name},
+        "status": {"admissionChecks": [entry]},
+    }
+    path = (
+        f"/apis/{wire.KUEUE_GROUP}/{wire.KUEUE_VERSION}/namespaces/{target.namespace}"
+        f"/workloads/{name}/status"
+    )
+    _apply(target, path, body)
+
+
 # --- edits: the JobSet --------------------------------------------------------------------
 
 
@@ -746,7 +833,7 @@ class Cell:
     stage: Stage
     edit: Callable[[Target], None]
     expect: Mapping[Install, Outcome]
-    then: Callable[[Target], None] | None = None
+    then: Callable[[Target], None] | Mapping[Install, Callable[[Target], None]] | None = None
     runtime: RuntimeShape = "cluster"
 
     @property
@@ -903,6 +990,23 @@ CELLS: Final = [
         then=_release_refused,
         runtime="namespaced",
     ),
+    # The Workload: the steps may write its status (dispatch-approve does).
+    Cell(
+        "workload-status ssa-force steps",
+        "check-ready-without-a-raise",
+        "queued",
+        _check_ready_without_a_raise,
+        {
+            "all": RaisedR(last=1),
+            "guard": OpeningRefused("open-after-raise"),
+            "none": Flagged("R = A + J = 0 + 0 = 0"),
+        },
+        then={
+            "all": _next_execution,
+            "guard": _opening_refused_to_kueue,
+            "none": _next_execution,
+        },
+    ),
     # The JobSet.
     Cell(
         "jobset patch member",
@@ -1043,6 +1147,8 @@ RBAC_CELLS: Final = [
 def _said(outcome: Outcome) -> str:
     if isinstance(outcome, Refused):
         return f"refused {outcome.rule}"
+    if isinstance(outcome, OpeningRefused):
+        return f"its opening refused {outcome.rule}"
     if isinstance(outcome, RaisedR):
         return "R up" if outcome.last is None else f"R up, last {outcome.last}"
     return {Flagged: "flagged", Blocked: "blocked", Unseen: "UNSEEN", PutBack: "put back"}[
@@ -1133,6 +1239,9 @@ def local_runtime(api: client.ApiClient, namespace: str, shape: RuntimeShape) ->
 
 def prepare(target: Target, stage: Stage) -> None:
     """Bring the job to `stage`; remember the executions that ran before the attack."""
+    if stage == "queued":
+        _workload(target)
+        return
     if stage == "suspended":
         target.trainer_job()  # JobSet has made the suspended Jobs the attacks edit
         return
@@ -1168,9 +1277,17 @@ def test_every_edit_on_the_path_is_refused_raised_or_flagged(
     api_client: client.ApiClient,
     member: client.ApiClient,
     request: pytest.FixtureRequest,
+    control_plane: Cluster,
 ) -> None:
+    check = ""
+    queue: list[str] = []
+    if cell.stage == "queued":
+        kueue: KueueSetup = request.getfixturevalue("kueue")
+        kueue.install(cpu="1")
+        check, queued = kueue.check, kueue.queued_request()
+        queue = ["--queue", queued["queue"], "--resources-per-node", queued["resources_per_node"]]
     if cell.runtime == "cluster":
-        flags = start_flags(namespace, real_node_runtime, train=RUNS, job_id=cell.case)
+        flags = start_flags(namespace, real_node_runtime, *queue, train=RUNS, job_id=cell.case)
     else:
         local_runtime(api_client, namespace, cell.runtime)
         kind = ("--runtime-kind", "TrainingRuntime")
@@ -1184,6 +1301,8 @@ def test_every_edit_on_the_path_is_refused_raised_or_flagged(
             actor=actor,
             admin=api_client,
             step=step,
+            check=check,
+            kueue_log=control_plane.plane.logs["kueue"] if control_plane.plane else None,
         )
         prepare(target, cell.stage)
         refusal = refused(lambda: cell.edit(target))
@@ -1194,15 +1313,16 @@ def test_every_edit_on_the_path_is_refused_raised_or_flagged(
         assert f"dispatch-k8s guard {outcome.rule}:" in message(refusal)
         return
     assert refusal is None, f"refused ({installed}): {message(refusal)}"
-    if cell.then is not None:
-        cell.then(target)
+    then = cell.then[installed] if isinstance(cell.then, Mapping) else cell.then
+    if then is not None:
+        then(target)
     ran = target.history()
     if isinstance(outcome, RaisedR):  # the follow-up waited for what ran next
         assert ran == sorted(set(ran)), f"{cell.id} ({installed}): printed R {ran}, not rising"
         if outcome.last is not None:
             assert ran[-1:] == [outcome.last], f"{cell.id} ({installed}): printed R {ran}"
         return
-    if isinstance(outcome, PutBack):
+    if isinstance(outcome, PutBack | OpeningRefused):
         assert ran == [], f"{cell.id} ({installed}): printed R {ran}"
         return
     if isinstance(outcome, Blocked):

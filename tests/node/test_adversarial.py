@@ -1,17 +1,123 @@
-"""Adversarial paths on the real node: the edits a team member with ordinary edit rights (or
-the steps' own ServiceAccount) can make on the way from the TrainJob to the container.
+"""Adversarial paths on the real node: every edit a team member with the built-in `edit` rights
+(tests/integration/team.py) or the steps' own ServiceAccount (pipelines/rbac/steps.yaml) can
+make on the way from the TrainJob to the container, object by object and verb by verb.
 
-Each attack is tried once per policy install (tests/policies.py): with both policies and with
-the guard alone the API server must refuse it (403, naming its `dispatch-k8s guard` rule,
-pipelines/policies/); where none is installed the audit must flag the job (exit 7), from the
-objects as they are. An attack neither refused nor flagged would let an execution begin with
-an R the job already had, unseen. What each execution saw is what its own process printed.
+Each cell of the matrix below is one small attack function, tried once per policy install
+(tests/policies.py: `all` both policies, `guard` the ValidatingAdmissionPolicies alone, `none`
+detection only), with what that install must do:
+
+- `refused RULE`: the API server refuses it, HTTP 403 naming `dispatch-k8s guard RULE:`;
+- `flagged`: accepted, and `dispatch-audit` then exits 7 with the cell's message fragment and
+  flags the TrainJob foreign;
+- `R up`: accepted, and every execution that ran after it printed an R above every earlier
+  one's (what each execution saw is what its own process printed: pods/log); `last N`: the
+  last printed N, the R the raise rule gives;
+- `put back`: accepted, and the controllers undo it (Trainer suspends the JobSet again from its
+  TrainJob, JobSet its Jobs) before any execution printed;
+- `blocked`: accepted, and the job can no longer be opened (`dispatch-unsuspend` exits 6);
+- `its opening refused RULE`: accepted, and the opening a controller then makes (Kueue's, read
+  from its log) is refused with RULE: nothing runs;
+- `UNSEEN`: accepted, an execution repeats R, and the audit exits 0: the limit of detection
+  alone (README: the trust boundary), where the records the audit compares with are the
+  actor's to erase. Asserted as it is, so that a fix turns the cell red until it is moved;
+- `RBAC`: the actor has no right to it: a 403 from RBAC, whose message names no guard rule.
+
+Where an accepted edit matters only once something runs again, the cell's follow-up does what
+would come next (the next execution, a release by `dispatch-unsuspend`, a rerun) before the
+audit or the R check. Stages: `suspended` (started, never opened, JobSet has made its Jobs),
+`running` (opened by `dispatch-unsuspend`, R = 1 printed and audited), `held` (then held by
+`dispatch-hold` and drained), `queued` (queued through Kueue, quota reserved, the dispatch
+admission check Pending).
+
+trainjob patch member: release-by-hand (held)
+    all: R up, last 2; guard: refused open-after-raise; none: flagged
+trainjob update steps: release-by-hand (held)
+    all: R up, last 2; guard: refused open-after-raise; none: flagged
+trainjob ssa-force member: take-over-our-a (held)
+    all, guard: refused keep-admission; none: flagged
+trainjob annotate member: lower-floor (held)
+    all, guard: refused keep-floor; none: R up, last 2
+trainjob annotate member: remove-last-execution-then-rerun (running)
+    all, guard: refused keep-last-execution; none: UNSEEN
+trainjob update steps: remove-highest-restart (running)
+    all, guard: refused keep-highest-restart; none: R up, last 2
+trainjob update steps: change-start-record (running)
+    all, guard: refused keep-start-record; none: R up, last 2
+trainjob update steps: rename-patch-job (suspended)
+    all, guard: refused keep-patch-jobs; none: flagged
+patch-entry patch member: sets-a (suspended)
+    all, guard: refused foreign-patch-admission; none: flagged
+patch-entry ssa-force member: sets-dispatch-env (suspended)
+    all, guard: refused patch-dispatch-env; none: flagged
+patch-entry update steps: sets-j (suspended)
+    all, guard: refused patch-jobset-keys; none: flagged
+runtime update member: dispatch-env (suspended)
+    every install: flagged
+runtime update member: backoff-limit (suspended)
+    every install: flagged
+runtime patch member: trainer-command (suspended)
+    every install: flagged
+runtime delete member: delete (suspended)
+    every install: blocked
+workload-status ssa-force steps: check-ready-without-a-raise (queued)
+    all: R up, last 1; guard: its opening refused open-after-raise; none: flagged
+jobset patch member: open-by-hand (suspended)
+    all, guard: refused jobset-suspend; none: put back
+jobset ssa-force member: open-by-hand (suspended)
+    all, guard: refused jobset-suspend; none: put back
+jobset update member: rewrite-owner (running)
+    all, guard: refused jobset-owner; none: flagged
+jobset label member: label-j (suspended)
+    all, guard: refused jobset-identity; none: R up, last 1
+jobset delete member: delete (running)
+    all, guard: refused keep-jobset; none: flagged
+job patch member: template-j (suspended)
+    all, guard: refused job-template-identity; none: flagged
+job ssa-force member: template-j (suspended)
+    all, guard: refused job-template-identity; none: flagged
+job patch member: remove-owner (suspended)
+    all, guard: refused job-owner; none: flagged
+job suspend member: open-by-hand (suspended)
+    all, guard: refused job-suspend; none: put back
+job suspend member: suspend-running (running)
+    all, guard: refused job-suspend; none: flagged
+job delete member: delete (running)
+    all, guard: refused keep-job; none: flagged
+pod label member: hide-then-rerun (running)
+    all, guard: refused keep-pod-identity; none: flagged
+pod annotate member: change-a (running)
+    all, guard: refused keep-pod-admission; none: flagged
+pod ssa-force member: set-j (running)
+    all, guard: refused keep-pod-identity; none: flagged
+pod delete member: delete (running)
+    every install: R up
+trainjob patch steps: RBAC
+trainjob delete steps: RBAC
+runtime update steps: RBAC
+jobset patch steps: RBAC
+jobset delete steps: RBAC
+job patch steps: RBAC
+job delete steps: RBAC
+pod patch steps: RBAC
+pod delete steps: RBAC
+workload update steps: RBAC
+jobset-status patch member: RBAC
+workload-status patch member: RBAC
+cluster-runtime update member: RBAC
+
+The RBAC cells do not depend on the install and run once, where both policies are installed
+(RBAC answers before any admission policy is asked). A TrainJob the member deletes once it ran
+is refused by `start` (exit 6, its ledger) when started again, with every install (the last
+test here).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import contextlib
+import copy
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final, Literal
 
 import pytest
@@ -19,6 +125,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core import wire
+from tests.conftest import Cluster
 from tests.integration.conftest import Step
 from tests.integration.lifecycle import (
     JOBSET,
@@ -26,33 +133,125 @@ from tests.integration.lifecycle import (
     as_dict,
     read_trainjob,
     run_stage,
+    wait_for_drained_jobset,
 )
-from tests.node.executions import DEADLINE, TRAINER, printed, start_flags
+from tests.integration.team import NAME as MEMBER_NAME
+from tests.kueue_objects import KUEUE, KueueSetup, now
+from tests.node.executions import (
+    DEADLINE,
+    NODE_RUNTIME,
+    RUNS,
+    TRAINER,
+    node_runtime,
+    printed,
+    start_flags,
+)
+from tests.pipelines import kube
+from tests.pipelines.identity import StepIdentity
 from tests.policies import message
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
-Stage = Literal["suspended", "running"]
+Install = Literal["all", "guard", "none"]
+Stage = Literal["suspended", "running", "held", "queued"]
+Actor = Literal["member", "steps"]
+RuntimeShape = Literal["cluster", "namespaced", "two-jobs"]
+ATTACKER: Final = "someone.example/tweaks"  # the field manager of the attacks' applies
+LOCAL_RUNTIME: Final = "team-runtime"  # a TrainingRuntime of the test's namespace
+SIDE_JOB: Final = "side"  # the second replicated job of the two-job runtime
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The API server refuses the edit with this `dispatch-k8s guard` rule (403)."""
+
+    rule: str
+
+
+@dataclass(frozen=True, slots=True)
+class Flagged:
+    """Accepted; the audit then exits 7 with this fragment and flags the job foreign."""
+
+    fragment: str
+
+
+@dataclass(frozen=True, slots=True)
+class RaisedR:
+    """Accepted; every later execution printed an R above every earlier one's, the last `last`
+    (the R the raise rule gives: a larger one would be as wrong, as a later reset would show)."""
+
+    last: int | None = None  # None: no R is owed (nothing need run again)
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """Accepted, and the job can no longer be opened: dispatch-unsuspend exits 6 with one of
+    `fragments` (which webhook answers first varies)."""
+
+    fragments: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Unseen:
+    """Accepted, and an execution repeats R that the audit does not see: the limit of detection
+    alone (README: the trust boundary), where the records it compares with are the actor's to
+    erase. Asserted, so that a fix turns the cell red until its expectation is moved."""
+
+
+@dataclass(frozen=True, slots=True)
+class PutBack:
+    """Accepted; the controllers put it back (Trainer suspends the JobSet from its TrainJob,
+    JobSet its Jobs) before any execution printed."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpeningRefused:
+    """Accepted; the opening a controller then makes (Kueue's) is refused with this rule, and
+    nothing runs."""
+
+    rule: str
+
+
+Outcome = Refused | Flagged | RaisedR | Blocked | Unseen | PutBack | OpeningRefused
+
+
+@dataclass(frozen=True, slots=True)
+class Ran:
+    """One execution: its pod, when the pod was made, and the R its process printed."""
+
+    uid: str
+    created: str
+    r: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Target:
-    """The job under attack, and the clients to attack it with."""
+    """The job under attack, the attacker's client, and the test's own."""
 
     namespace: str
     name: str
-    member: client.ApiClient  # the built-in edit role's rights on the training objects
-    admin: client.ApiClient  # the test's own reads
+    actor: client.ApiClient
+    admin: client.ApiClient
+    step: Step
+    before: list[Ran] = field(default_factory=list)  # the executions before the attack
+    refusals: list[str] = field(default_factory=list)  # what the follow-up was refused
+    check: str = ""  # the dispatch AdmissionCheck of the job's ClusterQueue (stage queued)
+    kueue_log: Path | None = None
+
+    @property
+    def seen(self) -> set[str]:
+        return {e.uid for e in self.before}
+
+    def history(self) -> list[int]:
+        """The R of every execution, before the attack (its pods may be gone) and since."""
+        ran = {e.uid: e for e in [*self.before, *executions(self)]}
+        return [e.r for e in sorted(ran.values(), key=lambda e: (e.created, e.uid))]
 
     def trainer_job(self) -> dict[str, Any]:
-        """The trainer child Job JobSet made."""
+        """The trainer child Job JobSet made (the namespace holds this one TrainJob)."""
 
         def made() -> dict[str, Any] | None:
-            listed = as_dict(
-                client.BatchV1Api(self.admin).list_namespaced_job(
-                    self.namespace, label_selector=f"{wire.JOBSET_NAME_KEY}={self.name}"
-                )
-            )
+            listed = as_dict(client.BatchV1Api(self.admin).list_namespaced_job(self.namespace))
             for job in listed["items"]:
                 if job["metadata"]["labels"].get(wire.ANCESTOR_LABEL) == wire.ANCESTOR_TRAINER:
                     return dict(job)
@@ -61,127 +260,929 @@ class Target:
         return wait_until(made, what=f"the trainer Job of {self.name}", timeout=DEADLINE)
 
     def trainer_pod(self) -> dict[str, Any]:
+        """The live trainer pod (by its container, which no label edit changes)."""
+
         def running() -> dict[str, Any] | None:
-            listed = as_dict(
-                client.CoreV1Api(self.admin).list_namespaced_pod(
-                    self.namespace, label_selector=f"{wire.JOBSET_NAME_KEY}={self.name}"
-                )
-            )
-            live = [p for p in listed["items"] if not p["metadata"].get("deletionTimestamp")]
-            return live[0] if live else None
+            listed = as_dict(client.CoreV1Api(self.admin).list_namespaced_pod(self.namespace))
+            for pod in listed["items"]:
+                names = [c["name"] for c in pod["spec"]["containers"]]
+                if wire.TRAINER_CONTAINER in names and not pod["metadata"].get("deletionTimestamp"):
+                    return dict(pod)
+            return None
 
         return wait_until(running, what=f"a live pod of {self.name}", timeout=DEADLINE)
 
+    def trainjob(self) -> dict[str, Any]:
+        return read_trainjob(client.CustomObjectsApi(self.admin), self.namespace, self.name)
 
-def _child_job_j(target: Target) -> None:
-    """J set on a suspended child Job's pod template: the next pods would print it."""
-    job = target.trainer_job()["metadata"]["name"]
-    edit = {"spec": {"template": {"metadata": {"labels": {wire.RESTART_ATTEMPT_KEY: "500"}}}}}
-    client.BatchV1Api(target.member).patch_namespaced_job(job, target.namespace, edit)
+    def stage(self, *args: str) -> int:
+        """Run a step on the job as a pipeline stage does; its exit code."""
+        run = run_stage(self.step, *args, "--namespace", self.namespace, "--name", self.name)
+        return run.code
 
 
-def _second_patch_entry(target: Target) -> None:
-    """Another manager's runtime-patch entry that sets A on the trainer's pods."""
-    custom = client.CustomObjectsApi(target.member)
+def executions(target: Target) -> list[Ran]:
+    """Every execution in the namespace that printed, in the order their pods were made."""
+    core = client.CoreV1Api(target.admin)
+    ran = []
+    for pod in as_dict(core.list_namespaced_pod(target.namespace))["items"]:
+        meta = pod["metadata"]
+        try:
+            log = str(core.read_namespaced_pod_log(meta["name"], target.namespace))
+        except ApiException:
+            continue  # not started, or gone
+        words = log.split()
+        if len(words) >= 2 and words[0].isdigit():  # SHOW: "<DISPATCH_EPOCH> <DISPATCH_ATTEMPT>"
+            ran.append(Ran(meta["uid"], meta["creationTimestamp"], int(words[0]) % 10**6))
+    return sorted(ran, key=lambda e: (e.created, e.uid))
+
+
+# --- the follow-ups: what comes after an accepted edit ------------------------------------
+
+
+def _next_execution(target: Target) -> None:
+    """Wait for an execution that began after the attack to print."""
+
+    def began() -> bool | None:
+        return any(e.uid not in target.seen for e in executions(target)) or None
+
+    wait_until(began, what=f"a new execution of {target.name} to print", timeout=DEADLINE)
+
+
+def _release(target: Target) -> None:
+    """The pipeline's release of a held job: dispatch-unsuspend, then its execution."""
+    assert target.stage("unsuspend") == 0
+    _next_execution(target)
+
+
+def _release_stops_at_the_jobset(target: Target) -> None:
+    """Released, Trainer cannot carry the edited runtime into the JobSet (JobSet refuses the
+    template change): the JobSet stays suspended and nothing runs, not even the first pod."""
+    core = client.CoreV1Api(target.admin)
+    selector = "involvedObject.kind=TrainJob,reason=TrainJobResourcesCreationFailed"
+
+    def failures() -> int:
+        listed = core.list_namespaced_event(target.namespace, field_selector=selector)
+        return sum(int(event.get("count") or 1) for event in as_dict(listed)["items"])
+
+    before = failures()
+    assert target.stage("unsuspend") == 0
+    wait_until(
+        lambda: failures() > before or None,
+        what="Trainer to fail to write the edited runtime into the JobSet",
+        timeout=DEADLINE,
+    )
+    jobset = as_dict(
+        client.CustomObjectsApi(target.admin).get_namespaced_custom_object(
+            *JOBSET, target.namespace, "jobsets", target.name
+        )
+    )
+    assert jobset["spec"]["suspend"] is True
+    assert as_dict(core.list_namespaced_pod(target.namespace))["items"] == []
+
+
+def _hold_and_release(target: Target) -> None:
+    assert target.stage("hold") == 0
+    wait_for_drained_jobset(target.admin, target.namespace, target.name)
+    _release(target)
+
+
+def _rerun_by_job_delete(target: Target) -> None:
+    """The record gone, a rerun: the trainer Job deleted by hand, JobSet makes it again."""
+    _delete_job(target)
+    _next_execution(target)
+
+
+def _rerun_by_job_suspend(target: Target) -> None:
+    """A rerun: the trainer Job suspended by hand, which JobSet resumes with a new pod."""
+    _suspend_job(target)
+    _next_execution(target)
+
+
+def _opening_refused_to_kueue(target: Target) -> None:
+    """Kueue admits the Workload and opens the TrainJob; the guard refuses that opening (its
+    refusal is in Kueue's log) and the job stays suspended."""
+    log = target.kueue_log
+    assert log is not None, "Kueue's log of the local control plane"
+
+    def refused() -> bool | None:
+        return (
+            any(
+                target.name in line and "dispatch-k8s guard open-after-raise:" in line
+                for line in log.read_text().splitlines()
+            )
+            or None
+        )
+
+    wait_until(refused, what=f"Kueue's opening of {target.name} to be refused", timeout=DEADLINE)
+    assert target.trainjob()["spec"]["suspend"] is True
+
+
+def _put_back(target: Target) -> None:
+    """Trainer suspends the JobSet again from its TrainJob, JobSet its Jobs; no trainer pod
+    is left running."""
+    custom = client.CustomObjectsApi(target.admin)
+    batch, core = client.BatchV1Api(target.admin), client.CoreV1Api(target.admin)
+
+    def suspended() -> bool | None:
+        jobset = as_dict(
+            custom.get_namespaced_custom_object(*JOBSET, target.namespace, "jobsets", target.name)
+        )
+        jobs = as_dict(batch.list_namespaced_job(target.namespace))["items"]
+        pods = as_dict(core.list_namespaced_pod(target.namespace))["items"]
+        held = jobset["spec"].get("suspend") is True and all(j["spec"].get("suspend") for j in jobs)
+        return (held and not pods) or None
+
+    wait_until(suspended, what=f"{target.name}'s JobSet and Jobs suspended again", timeout=DEADLINE)
+
+
+def _release_refused(target: Target) -> None:
+    """What would come next: the pipeline's release, which must not open the job."""
+    run = run_stage(
+        target.step, "unsuspend", "--namespace", target.namespace, "--name", target.name
+    )
+    assert run.code == 6, run.error
+    target.refusals.append(run.error)
+
+
+def _gone_or_rerun(target: Target) -> None:
+    """The deleted pod is gone, and whatever JobSet does next has printed (or nothing runs)."""
+    core = client.CoreV1Api(target.admin)
+
+    def settled() -> bool | None:
+        live = [
+            p
+            for p in as_dict(core.list_namespaced_pod(target.namespace))["items"]
+            if p["metadata"]["uid"] in target.seen
+        ]
+        if live:
+            return None
+        fresh = [e for e in executions(target) if e.uid not in target.seen]
+        pods = as_dict(core.list_namespaced_pod(target.namespace))["items"]
+        return bool(fresh) or not pods or None
+
+    wait_until(
+        settled, what=f"{target.name}'s deleted pod to be replaced or gone", timeout=DEADLINE
+    )
+
+
+# --- edits: the TrainJob ------------------------------------------------------------------
+
+
+def _replace_trainjob(target: Target, change: Callable[[dict[str, Any]], None]) -> None:
+    """Read, change, replace as the actor, again after a 409 (Trainer's status writes race)."""
+    custom = client.CustomObjectsApi(target.actor)
+
+    def replaced() -> bool | None:
+        job = as_dict(
+            custom.get_namespaced_custom_object(
+                *TRAINER, target.namespace, "trainjobs", target.name
+            )
+        )
+        change(job)
+        try:
+            custom.replace_namespaced_custom_object(
+                *TRAINER, target.namespace, "trainjobs", target.name, job
+            )
+        except ApiException as e:
+            if e.status == 409:
+                return None
+            raise
+        return True
+
+    wait_until(replaced, what=f"TrainJob {target.name} to be replaced", timeout=DEADLINE)
+
+
+def _patch_trainjob(target: Target, body: dict[str, Any]) -> None:
+    client.CustomObjectsApi(target.actor).patch_namespaced_custom_object(
+        *TRAINER, target.namespace, "trainjobs", target.name, body
+    )
+
+
+def _apply(target: Target, path: str, body: Mapping[str, Any]) -> None:
+    """A server-side apply as ATTACKER, forced: it takes over fields another manager owns."""
+    query = [("fieldManager", ATTACKER), ("force", "true")]
+    kube.request(target.actor, "PATCH", path, query=query, body=body, content_type=kube.APPLY)
+
+
+def _trainjob_path(target: Target) -> str:
+    return (
+        f"/apis/{wire.TRAINER_GROUP}/{wire.TRAINER_VERSION}/namespaces/{target.namespace}"
+        f"/trainjobs/{target.name}"
+    )
+
+
+def _pod_template_patch(manager: str, job: str, pod_template: Mapping[str, Any]) -> dict[str, Any]:
+    """A runtime-patch entry of `manager` for replicated job `job`."""
+    replicated = {"name": job, "template": {"spec": {"template": pod_template}}}
+    return {
+        "manager": manager,
+        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [replicated]}}},
+    }
+
+
+def _open_trainjob_by_patch(target: Target) -> None:
+    _patch_trainjob(target, {"spec": {"suspend": False}})
+
+
+def _open_trainjob_by_update(target: Target) -> None:
+    _replace_trainjob(target, lambda job: job["spec"].update(suspend=False))
+
+
+def _take_over_our_a(target: Target) -> None:
+    """Our entry's A applied as 0 by another manager, forced."""
+    entry = _pod_template_patch(
+        wire.PATCH_MANAGER,
+        "node",
+        {"metadata": {"annotations": {wire.ADMISSION_ANNOTATION: "0"}}},
+    )
+    body = {
+        "apiVersion": f"{wire.TRAINER_GROUP}/{wire.TRAINER_VERSION}",
+        "kind": "TrainJob",
+        "metadata": {"name": target.name},
+        "spec": {"runtimePatches": [entry]},
+    }
+    _apply(target, _trainjob_path(target), body)
+
+
+def _annotate_trainjob(**annotations: str | None) -> Callable[[Target], None]:
+    def edit(target: Target) -> None:
+        _patch_trainjob(target, {"metadata": {"annotations": annotations}})
+
+    return edit
+
+
+def _remove_annotation_by_update(key: str) -> Callable[[Target], None]:
+    def edit(target: Target) -> None:
+        _replace_trainjob(target, lambda job: job["metadata"]["annotations"].pop(key))
+
+    return edit
+
+
+def _change_start_record(target: Target) -> None:
+    def change(job: dict[str, Any]) -> None:
+        job["metadata"]["annotations"][wire.JOB_ID_ANNOTATION] = "another-job"
+
+    _replace_trainjob(target, change)
+
+
+def _rename_patch_job(target: Target) -> None:
+    """Our entry moved from the trainer job to the other one (the shape of an MPI runtime)."""
+
+    def change(job: dict[str, Any]) -> None:
+        for entry in job["spec"]["runtimePatches"]:
+            if entry["manager"] == wire.PATCH_MANAGER:
+                jobs = entry["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+                jobs[0]["name"] = SIDE_JOB
+
+    _replace_trainjob(target, change)
+
+
+# --- edits: other runtime-patch entries ---------------------------------------------------
+
+
+def _second_entry_sets_a(target: Target) -> None:
+    custom = client.CustomObjectsApi(target.actor)
     add_foreign_admission_entry(custom, target.namespace, target.name, admission="700")
 
 
-def _orphaned_child_job(target: Target) -> None:
-    """A child Job taken from JobSet (its owner references removed): unsuspended, it runs."""
-    job = target.trainer_job()["metadata"]["name"]
-    remove = [{"op": "remove", "path": "/metadata/ownerReferences"}]
-    client.BatchV1Api(target.member).patch_namespaced_job(job, target.namespace, remove)
+def _entry_sets_dispatch_env(target: Target) -> None:
+    """An entry whose init container carries a DISPATCH_ variable (Trainer's webhook refuses
+    env on the trainer container itself in a patch)."""
+    init = [{"name": "tweak", "env": [{"name": wire.ENV_ADMISSION, "value": "700"}]}]
+    entry = _pod_template_patch(ATTACKER, "node", {"spec": {"initContainers": init}})
+    body = {
+        "apiVersion": f"{wire.TRAINER_GROUP}/{wire.TRAINER_VERSION}",
+        "kind": "TrainJob",
+        "metadata": {"name": target.name},
+        "spec": {"runtimePatches": [entry]},
+    }
+    _apply(target, _trainjob_path(target), body)
 
 
-def _hidden_pod(target: Target) -> None:
-    """A running pod taken out of label selectors, then its A changed."""
-    pod = target.trainer_pod()["metadata"]["name"]
-    core = client.CoreV1Api(target.member)
-    core.patch_namespaced_pod(
-        pod, target.namespace, {"metadata": {"labels": {wire.JOBSET_NAME_KEY: None}}}
+def _entry_sets_j(target: Target) -> None:
+    entry = _pod_template_patch(
+        ATTACKER, "node", {"metadata": {"labels": {wire.RESTART_ATTEMPT_KEY: "500"}}}
     )
-    core.patch_namespaced_pod(
-        pod, target.namespace, {"metadata": {"annotations": {wire.ADMISSION_ANNOTATION: "9"}}}
+    _replace_trainjob(target, lambda job: job["spec"]["runtimePatches"].append(entry))
+
+
+# --- edits: the runtime -------------------------------------------------------------------
+
+
+def _runtime_api(target: Target) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(target.actor)
+
+
+def _runtime_env(target: Target) -> None:
+    """A DISPATCH_ variable added to the trainer container of the runtime the job names."""
+    custom = _runtime_api(target)
+    runtime = as_dict(
+        custom.get_namespaced_custom_object(
+            *TRAINER, target.namespace, "trainingruntimes", LOCAL_RUNTIME
+        )
+    )
+    container = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][
+        "template"
+    ]["spec"]["containers"][0]
+    container["env"] = [{"name": wire.ENV_RESTART, "value": "500"}]
+    custom.replace_namespaced_custom_object(
+        *TRAINER, target.namespace, "trainingruntimes", LOCAL_RUNTIME, runtime
     )
 
 
-def _jobset_owner_rewritten(target: Target) -> None:
-    """The JobSet's owner reference pointed elsewhere: the garbage collector deletes it as an
-    orphan and Trainer builds a new one whose J starts again at 0."""
-    custom = client.CustomObjectsApi(target.member)
-    jobset = custom.get_namespaced_custom_object(*JOBSET, target.namespace, "jobsets", target.name)
-    assert isinstance(jobset, dict)
+def _runtime_backoff(target: Target) -> None:
+    """The runtime's trainer Job given pod retries: a retried pod would rerun the execution
+    under the same A and J."""
+    custom = _runtime_api(target)
+    runtime = as_dict(
+        custom.get_namespaced_custom_object(
+            *TRAINER, target.namespace, "trainingruntimes", LOCAL_RUNTIME
+        )
+    )
+    runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["backoffLimit"] = 2
+    custom.replace_namespaced_custom_object(
+        *TRAINER, target.namespace, "trainingruntimes", LOCAL_RUNTIME, runtime
+    )
+
+
+def _runtime_command(target: Target) -> None:
+    """A command added to the runtime's trainer container (a JSON patch)."""
+    container = "/spec/template/spec/replicatedJobs/0/template/spec/template/spec/containers/0"
+    edit = [{"op": "add", "path": f"{container}/command", "value": ["/bin/sh", "-c", "echo 0 0"]}]
+    path = (
+        f"/apis/{wire.TRAINER_GROUP}/{wire.TRAINER_VERSION}/namespaces/{target.namespace}"
+        f"/trainingruntimes/{LOCAL_RUNTIME}"
+    )
+    kube.request(target.actor, "PATCH", path, body=edit, content_type="application/json-patch+json")
+
+
+def _delete_runtime(target: Target) -> None:
+    _runtime_api(target).delete_namespaced_custom_object(
+        *TRAINER, target.namespace, "trainingruntimes", LOCAL_RUNTIME
+    )
+
+
+# --- edits: the Workload -----------------------------------------------------------------
+
+
+def _workload(target: Target) -> dict[str, Any]:
+    """The job's Workload, once Kueue has reserved quota and our check waits (Pending)."""
+    custom = client.CustomObjectsApi(target.admin)
+    uid = target.trainjob()["metadata"]["uid"]
+
+    def reserved() -> dict[str, Any] | None:
+        listed = as_dict(
+            custom.list_namespaced_custom_object(
+                *KUEUE,
+                target.namespace,
+                "workloads",
+                label_selector=f"{wire.KUEUE_JOB_UID_LABEL}={uid}",
+            )
+        )
+        for workload in listed["items"]:
+            checks = workload.get("status", {}).get("admissionChecks") or []
+            if any(c["name"] == target.check and c["state"] == "Pending" for c in checks):
+                return dict(workload)
+        return None
+
+    return wait_until(
+        reserved, what=f"{target.name}'s Workload to wait on its check", timeout=DEADLINE
+    )
+
+
+def _check_ready_without_a_raise(target: Target) -> None:
+    """Our admission check set Ready, as dispatch-approve does, but without admit's raise of A."""
+    name = _workload(target)["metadata"]["name"]
+    entry = {
+        "name": target.check,
+        "state": "Ready",
+        "message": "by hand",
+        "lastTransitionTime": now(),
+    }
+    body = {
+        "apiVersion": f"{wire.KUEUE_GROUP}/{wire.KUEUE_VERSION}",
+        "kind": "Workload",
+        "metadata": {"name": name},
+        "status": {"admissionChecks": [entry]},
+    }
+    path = (
+        f"/apis/{wire.KUEUE_GROUP}/{wire.KUEUE_VERSION}/namespaces/{target.namespace}"
+        f"/workloads/{name}/status"
+    )
+    _apply(target, path, body)
+
+
+# --- edits: the JobSet --------------------------------------------------------------------
+
+
+def _jobsets(target: Target) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(target.actor)
+
+
+def _open_jobset_by_patch(target: Target) -> None:
+    _jobsets(target).patch_namespaced_custom_object(
+        *JOBSET, target.namespace, "jobsets", target.name, {"spec": {"suspend": False}}
+    )
+
+
+def _open_jobset_by_apply(target: Target) -> None:
+    body = {
+        "apiVersion": f"{wire.JOBSET_GROUP}/{wire.JOBSET_VERSION}",
+        "kind": "JobSet",
+        "metadata": {"name": target.name},
+        "spec": {"suspend": False},
+    }
+    path = (
+        f"/apis/{wire.JOBSET_GROUP}/{wire.JOBSET_VERSION}/namespaces/{target.namespace}"
+        f"/jobsets/{target.name}"
+    )
+    _apply(target, path, body)
+
+
+def _rewrite_jobset_owner(target: Target) -> None:
+    """The JobSet's owner reference pointed elsewhere: the garbage collector would delete it
+    as an orphan and Trainer build a new one whose J starts again at 0."""
+    custom = _jobsets(target)
+    jobset = as_dict(
+        custom.get_namespaced_custom_object(*JOBSET, target.namespace, "jobsets", target.name)
+    )
     old_uid = jobset["metadata"]["uid"]
-    owners = jobset["metadata"]["ownerReferences"]
-    owners[0]["uid"] = "00000000-0000-0000-0000-000000000000"
+    jobset["metadata"]["ownerReferences"][0]["uid"] = "00000000-0000-0000-0000-000000000000"
     custom.replace_namespaced_custom_object(
         *JOBSET, target.namespace, "jobsets", target.name, jobset
     )
 
     def rebuilt() -> bool | None:
         try:
-            now = client.CustomObjectsApi(target.admin).get_namespaced_custom_object(
-                *JOBSET, target.namespace, "jobsets", target.name
+            now = as_dict(
+                client.CustomObjectsApi(target.admin).get_namespaced_custom_object(
+                    *JOBSET, target.namespace, "jobsets", target.name
+                )
             )
         except ApiException:
             return None
-        assert isinstance(now, dict)
         return now["metadata"]["uid"] != old_uid or None
 
     wait_until(rebuilt, what="the JobSet to be replaced", timeout=DEADLINE)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Attack:
-    """One edit on the identity's path, where it is made, and what the audit then reports."""
+def _label_jobset_j(target: Target) -> None:
+    body = {"metadata": {"labels": {wire.RESTART_ATTEMPT_KEY: "500"}}}
+    _jobsets(target).patch_namespaced_custom_object(
+        *JOBSET, target.namespace, "jobsets", target.name, body
+    )
 
-    name: str
+
+def _delete_jobset(target: Target) -> None:
+    _jobsets(target).delete_namespaced_custom_object(
+        *JOBSET, target.namespace, "jobsets", target.name
+    )
+
+
+# --- edits: the child Jobs ----------------------------------------------------------------
+
+
+def _patch_job(target: Target, body: Any) -> None:
+    job = target.trainer_job()["metadata"]["name"]
+    client.BatchV1Api(target.actor).patch_namespaced_job(job, target.namespace, body)
+
+
+def _job_template_j(target: Target) -> None:
+    """J set on a suspended child Job's pod template: its next pods would print it."""
+    _patch_job(
+        target, {"spec": {"template": {"metadata": {"labels": {wire.RESTART_ATTEMPT_KEY: "500"}}}}}
+    )
+
+
+def _job_template_j_by_apply(target: Target) -> None:
+    job = target.trainer_job()["metadata"]["name"]
+    body = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job},
+        "spec": {"template": {"metadata": {"labels": {wire.RESTART_ATTEMPT_KEY: "500"}}}},
+    }
+    _apply(target, f"/apis/batch/v1/namespaces/{target.namespace}/jobs/{job}", body)
+
+
+def _orphan_job(target: Target) -> None:
+    """A child Job taken from JobSet (its owner references removed): unsuspended, it runs."""
+    _patch_job(target, [{"op": "remove", "path": "/metadata/ownerReferences"}])
+
+
+def _open_job(target: Target) -> None:
+    _patch_job(target, {"spec": {"suspend": False}})
+
+
+def _suspend_job(target: Target) -> None:
+    _patch_job(target, {"spec": {"suspend": True}})
+
+
+def _delete_job(target: Target) -> None:
+    job = target.trainer_job()["metadata"]["name"]
+    client.BatchV1Api(target.actor).delete_namespaced_job(
+        job,
+        target.namespace,
+        propagation_policy="Background",  # as kubectl deletes
+    )
+
+
+# --- edits: the pods ----------------------------------------------------------------------
+
+
+def _patch_pod(target: Target, body: Any) -> None:
+    pod = target.trainer_pod()["metadata"]["name"]
+    client.CoreV1Api(target.actor).patch_namespaced_pod(pod, target.namespace, body)
+
+
+def _hide_pod(target: Target) -> None:
+    """The pod taken out of label selectors (keep-pod-admission matched by label once)."""
+    _patch_pod(target, {"metadata": {"labels": {wire.JOBSET_NAME_KEY: None}}})
+
+
+def _change_pod_a(target: Target) -> None:
+    _patch_pod(target, {"metadata": {"annotations": {wire.ADMISSION_ANNOTATION: "9"}}})
+
+
+def _pod_j_by_apply(target: Target) -> None:
+    pod = target.trainer_pod()["metadata"]["name"]
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": pod, "labels": {wire.RESTART_ATTEMPT_KEY: "500"}},
+    }
+    _apply(target, f"/api/v1/namespaces/{target.namespace}/pods/{pod}", body)
+
+
+def _delete_pod(target: Target) -> None:
+    pod = target.trainer_pod()["metadata"]["name"]
+    client.CoreV1Api(target.actor).delete_namespaced_pod(pod, target.namespace)
+
+
+# --- the matrix ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One attack: where (object, verb, actor), the case, its stage, the edit, and what each
+    install must do; `then` is what comes after an accepted edit, before it is judged."""
+
+    where: str  # "object verb actor"
+    case: str
     stage: Stage
     edit: Callable[[Target], None]
-    refused_by: str  # the guard rule that refuses it where the policies are installed
-    flagged_as: str  # in the audit's message where no policy refused the edit
+    expect: Mapping[Install, Outcome]
+    then: Callable[[Target], None] | Mapping[Install, Callable[[Target], None]] | None = None
+    runtime: RuntimeShape = "cluster"
+
+    @property
+    def actor(self) -> Actor:
+        actor = self.where.split()[2]
+        assert actor in ("member", "steps")
+        return "member" if actor == "member" else "steps"
+
+    @property
+    def id(self) -> str:
+        return "-".join([*self.where.split(), self.case])
 
 
-ATTACKS: Final = [
-    Attack(
-        name="child-job-j",
-        refused_by="job-template-identity",
-        stage="suspended",
-        edit=_child_job_j,
-        flagged_as="is 500, not the Job's own 0",
+def guarded(rule: str, *, none: Outcome) -> dict[Install, Outcome]:
+    """Refused by `rule` wherever the guard is installed; `none` where nothing is."""
+    return {"all": Refused(rule), "guard": Refused(rule), "none": none}
+
+
+def everywhere(outcome: Outcome) -> dict[Install, Outcome]:
+    return {"all": outcome, "guard": outcome, "none": outcome}
+
+
+def raised_or(rule: str, *, none: Outcome) -> dict[Install, Outcome]:
+    """An opening: raised where raise-on-open is installed, refused by the guard alone."""
+    return {"all": RaisedR(last=2), "guard": Refused(rule), "none": none}
+
+
+REPEATED: Final = "the job was opened again without a raise of A"
+RERUN: Final = "which the execution of pod UID"
+RUNTIME_CHANGED: Final = f"TrainingRuntime {LOCAL_RUNTIME} changed since start checked it"
+FOREIGN_A: Final = "(manager someone.example/tweaks) sets pod template metadata annotation"
+CELLS: Final = [
+    # The TrainJob: a release by hand, its records, our runtime patch.
+    Cell(
+        "trainjob patch member",
+        "release-by-hand",
+        "held",
+        _open_trainjob_by_patch,
+        raised_or("open-after-raise", none=Flagged(REPEATED)),
+        then=_next_execution,
     ),
-    Attack(
-        name="second-patch-entry",
-        refused_by="foreign-patch-admission",
-        stage="suspended",
-        edit=_second_patch_entry,
-        flagged_as="(manager someone.example/tweaks) sets pod template metadata annotation",
+    Cell(
+        "trainjob update steps",
+        "release-by-hand",
+        "held",
+        _open_trainjob_by_update,
+        raised_or("open-after-raise", none=Flagged(REPEATED)),
+        then=_next_execution,
     ),
-    Attack(
-        name="orphaned-child-job",
-        refused_by="job-owner",
-        stage="suspended",
-        edit=_orphaned_child_job,
-        flagged_as="runs the trainer but no JobSet owns it",
+    Cell(
+        "trainjob ssa-force member",
+        "take-over-our-a",
+        "held",
+        _take_over_our_a,
+        guarded("keep-admission", none=Flagged("is 0, below the admission floor 1")),
     ),
-    Attack(
-        name="hidden-pod",
-        refused_by="keep-pod-identity",
-        stage="running",
-        edit=_hidden_pod,
-        flagged_as="runs with A = 9",
+    Cell(
+        "trainjob annotate member",
+        "lower-floor",
+        "held",
+        _annotate_trainjob(**{wire.ADMISSION_FLOOR_ANNOTATION: "0"}),
+        guarded("keep-floor", none=RaisedR(last=2)),
+        then=_release,
     ),
-    Attack(
-        name="jobset-owner-rewritten",
-        refused_by="jobset-owner",
-        stage="running",
-        edit=_jobset_owner_rewritten,
-        flagged_as="is not the recorded",
+    Cell(
+        "trainjob annotate member",
+        "remove-last-execution-then-rerun",
+        "running",
+        _annotate_trainjob(**{wire.LAST_EXECUTION_ANNOTATION: None}),
+        guarded("keep-last-execution", none=Unseen()),
+        then=_rerun_by_job_delete,
+    ),
+    Cell(
+        "trainjob update steps",
+        "remove-highest-restart",
+        "running",
+        _remove_annotation_by_update(wire.HIGHEST_RESTART_ANNOTATION),
+        guarded("keep-highest-restart", none=RaisedR(last=2)),
+        then=_hold_and_release,
+    ),
+    Cell(
+        "trainjob update steps",
+        "change-start-record",
+        "running",
+        _change_start_record,
+        guarded("keep-start-record", none=RaisedR(last=2)),
+        then=_hold_and_release,
+    ),
+    Cell(
+        "trainjob update steps",
+        "rename-patch-job",
+        "suspended",
+        _rename_patch_job,
+        guarded("keep-patch-jobs", none=Flagged("not the trainer replicated job node")),
+        runtime="two-jobs",
+    ),
+    # Other runtime-patch entries on the TrainJob.
+    Cell(
+        "patch-entry patch member",
+        "sets-a",
+        "suspended",
+        _second_entry_sets_a,
+        guarded("foreign-patch-admission", none=Flagged(FOREIGN_A)),
+    ),
+    Cell(
+        "patch-entry ssa-force member",
+        "sets-dispatch-env",
+        "suspended",
+        _entry_sets_dispatch_env,
+        guarded("patch-dispatch-env", none=Flagged(f"env {wire.ENV_ADMISSION} of container tweak")),
+    ),
+    Cell(
+        "patch-entry update steps",
+        "sets-j",
+        "suspended",
+        _entry_sets_j,
+        guarded("patch-jobset-keys", none=Flagged(f"metadata label {wire.RESTART_ATTEMPT_KEY}")),
+    ),
+    # The runtime the job names: no policy can tell which TrainJobs a runtime serves; the
+    # audit compares it with the one start checked.
+    Cell(
+        "runtime update member",
+        "dispatch-env",
+        "suspended",
+        _runtime_env,
+        everywhere(Flagged(RUNTIME_CHANGED)),
+        runtime="namespaced",
+    ),
+    Cell(
+        "runtime update member",
+        "backoff-limit",
+        "suspended",
+        _runtime_backoff,
+        everywhere(Flagged(RUNTIME_CHANGED)),
+        then=_release_stops_at_the_jobset,
+        runtime="namespaced",
+    ),
+    Cell(
+        "runtime patch member",
+        "trainer-command",
+        "suspended",
+        _runtime_command,
+        everywhere(Flagged(RUNTIME_CHANGED)),
+        runtime="namespaced",
+    ),
+    Cell(
+        "runtime delete member",
+        "delete",
+        "suspended",
+        _delete_runtime,
+        everywhere(
+            Blocked(("must be created before the TrainJob", f"'{LOCAL_RUNTIME}' not found"))
+        ),
+        then=_release_refused,
+        runtime="namespaced",
+    ),
+    # The Workload: the steps may write its status (dispatch-approve does).
+    Cell(
+        "workload-status ssa-force steps",
+        "check-ready-without-a-raise",
+        "queued",
+        _check_ready_without_a_raise,
+        {
+            "all": RaisedR(last=1),
+            "guard": OpeningRefused("open-after-raise"),
+            "none": Flagged("R = A + J = 0 + 0 = 0"),
+        },
+        then={
+            "all": _next_execution,
+            "guard": _opening_refused_to_kueue,
+            "none": _next_execution,
+        },
+    ),
+    # The JobSet.
+    Cell(
+        "jobset patch member",
+        "open-by-hand",
+        "suspended",
+        _open_jobset_by_patch,
+        guarded("jobset-suspend", none=PutBack()),
+        then=_put_back,
+    ),
+    Cell(
+        "jobset ssa-force member",
+        "open-by-hand",
+        "suspended",
+        _open_jobset_by_apply,
+        guarded("jobset-suspend", none=PutBack()),
+        then=_put_back,
+    ),
+    Cell(
+        "jobset update member",
+        "rewrite-owner",
+        "running",
+        _rewrite_jobset_owner,
+        guarded("jobset-owner", none=Flagged("is not the recorded")),
+    ),
+    Cell(
+        "jobset label member",
+        "label-j",
+        "suspended",
+        _label_jobset_j,
+        guarded("jobset-identity", none=RaisedR(last=1)),
+        then=_release,
+    ),
+    Cell(
+        "jobset delete member",
+        "delete",
+        "running",
+        _delete_jobset,
+        guarded("keep-jobset", none=Flagged("is not the recorded")),
+        then=_next_execution,
+    ),
+    # The child Jobs.
+    Cell(
+        "job patch member",
+        "template-j",
+        "suspended",
+        _job_template_j,
+        guarded("job-template-identity", none=Flagged("is 500, not the Job's own 0")),
+    ),
+    Cell(
+        "job ssa-force member",
+        "template-j",
+        "suspended",
+        _job_template_j_by_apply,
+        guarded("job-template-identity", none=Flagged("is 500, not the Job's own 0")),
+    ),
+    Cell(
+        "job patch member",
+        "remove-owner",
+        "suspended",
+        _orphan_job,
+        guarded("job-owner", none=Flagged("runs the trainer but no JobSet owns it")),
+    ),
+    Cell(
+        "job suspend member",
+        "open-by-hand",
+        "suspended",
+        _open_job,
+        guarded("job-suspend", none=PutBack()),
+        then=_put_back,
+    ),
+    Cell(
+        "job suspend member",
+        "suspend-running",
+        "running",
+        _suspend_job,
+        guarded("job-suspend", none=Flagged(RERUN)),
+        then=_next_execution,
+    ),
+    Cell(
+        "job delete member",
+        "delete",
+        "running",
+        _delete_job,
+        guarded("keep-job", none=Flagged(RERUN)),
+        then=_next_execution,
+    ),
+    # The pods.
+    Cell(
+        "pod label member",
+        "hide-then-rerun",
+        "running",
+        _hide_pod,
+        guarded("keep-pod-identity", none=Flagged(RERUN)),
+        then=_rerun_by_job_suspend,
+    ),
+    Cell(
+        "pod annotate member",
+        "change-a",
+        "running",
+        _change_pod_a,
+        guarded("keep-pod-admission", none=Flagged("runs with A = 9")),
+    ),
+    Cell(
+        "pod ssa-force member",
+        "set-j",
+        "running",
+        _pod_j_by_apply,
+        guarded("keep-pod-identity", none=Flagged("runs with J = 500 but its Job")),
+    ),
+    Cell(
+        "pod delete member",
+        "delete",
+        "running",
+        _delete_pod,
+        everywhere(RaisedR()),
+        then=_gone_or_rerun,
     ),
 ]
 
+# What RBAC does not allow an actor ("object verb actor"): a 403 naming no guard rule.
+RBAC_CELLS: Final = [
+    "trainjob patch steps",
+    "trainjob delete steps",
+    "runtime update steps",
+    "jobset patch steps",
+    "jobset delete steps",
+    "job patch steps",
+    "job delete steps",
+    "pod patch steps",
+    "pod delete steps",
+    "workload update steps",
+    "jobset-status patch member",
+    "workload-status patch member",
+    "cluster-runtime update member",
+]
 
-def refused(edit: Callable[[], None]) -> ApiException | None:
+
+def _said(outcome: Outcome) -> str:
+    if isinstance(outcome, Refused):
+        return f"refused {outcome.rule}"
+    if isinstance(outcome, OpeningRefused):
+        return f"its opening refused {outcome.rule}"
+    if isinstance(outcome, RaisedR):
+        return "R up" if outcome.last is None else f"R up, last {outcome.last}"
+    return {Flagged: "flagged", Blocked: "blocked", Unseen: "UNSEEN", PutBack: "put back"}[
+        type(outcome)
+    ]
+
+
+def matrix() -> str:
+    """The matrix as the module's docstring lists it."""
+    lines = []
+    for cell in CELLS:
+        said = {installed: _said(cell.expect[installed]) for installed in INSTALLS}
+        if said["all"] == said["guard"] == said["none"]:
+            verdict = f"every install: {said['all']}"
+        elif said["all"] == said["guard"]:
+            verdict = f"all, guard: {said['all']}; none: {said['none']}"
+        else:
+            verdict = "; ".join(f"{installed}: {said[installed]}" for installed in INSTALLS)
+        lines.append(f"{cell.where}: {cell.case} ({cell.stage})\n    {verdict}")
+    lines += [f"{where}: RBAC" for where in RBAC_CELLS]
+    return "\n".join(lines)
+
+
+INSTALLS: Final[tuple[Install, ...]] = ("all", "guard", "none")
+MATRIX: Final = [
+    pytest.param(
+        cell, installed, marks=pytest.mark.policies(installed), id=f"{cell.id}-{installed}"
+    )
+    for cell in CELLS
+    for installed in INSTALLS
+]
+
+
+def refused(edit: Callable[[], object]) -> ApiException | None:
     """The API server's refusal of `edit`, or None when it was accepted."""
     try:
         edit()
@@ -190,56 +1191,244 @@ def refused(edit: Callable[[], None]) -> ApiException | None:
     return None
 
 
-INSTALLS: Final = [
-    pytest.param(which, marks=pytest.mark.policies(which), id=which)
-    for which in ("all", "guard", "none")
-]
+def two_job_runtime(namespace: str) -> dict[str, Any]:
+    """The node runtime with a second replicated job beside the trainer (as an MPI runtime's
+    workers are), which does not carry the trainer label."""
+    runtime = node_runtime()
+    jobs = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    side = copy.deepcopy(jobs[0])
+    side["name"] = SIDE_JOB
+    side["template"]["metadata"] = {}
+    pod = side["template"]["spec"]["template"]["spec"]
+    pod["containers"] = [
+        {
+            "name": SIDE_JOB,
+            "image": pod["containers"][0]["image"],
+            "command": ["/bin/sh", "-c", "sleep 3600"],
+        }
+    ]
+    jobs.append(side)
+    return {**runtime, "kind": "TrainingRuntime", "metadata": {"name": LOCAL_RUNTIME}}
 
 
-@pytest.mark.parametrize("installed", INSTALLS)
-@pytest.mark.parametrize("attack", ATTACKS, ids=[attack.name for attack in ATTACKS])
-def test_every_edit_on_the_path_is_refused_or_flagged(
-    attack: Attack,
-    installed: str,
+def local_runtime(api: client.ApiClient, namespace: str, shape: RuntimeShape) -> None:
+    """The namespace's TrainingRuntime, which the member may edit (a team's own runtime)."""
+    if shape == "two-jobs":
+        runtime = two_job_runtime(namespace)
+    else:
+        runtime = {**node_runtime(), "kind": "TrainingRuntime", "metadata": {"name": LOCAL_RUNTIME}}
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        *TRAINER, namespace, "trainingruntimes", runtime
+    )
+    rbac = client.RbacAuthorizationV1Api(api)
+    meta = client.V1ObjectMeta(name="team-runtimes")
+    rule = client.V1PolicyRule(
+        api_groups=[wire.TRAINER_GROUP],
+        resources=["trainingruntimes"],
+        verbs=["get", "list", "watch", "create", "update", "patch", "delete"],
+    )
+    rbac.create_namespaced_role(namespace, client.V1Role(metadata=meta, rules=[rule]))
+    subject = client.RbacV1Subject(kind="ServiceAccount", name=MEMBER_NAME, namespace=namespace)
+    role = client.V1RoleRef(
+        api_group="rbac.authorization.k8s.io", kind="Role", name="team-runtimes"
+    )
+    rbac.create_namespaced_role_binding(
+        namespace, client.V1RoleBinding(metadata=meta, role_ref=role, subjects=[subject])
+    )
+
+
+def prepare(target: Target, stage: Stage) -> None:
+    """Bring the job to `stage`; remember the executions that ran before the attack."""
+    if stage == "queued":
+        _workload(target)
+        return
+    if stage == "suspended":
+        target.trainer_job()  # JobSet has made the suspended Jobs the attacks edit
+        return
+    assert target.stage("unsuspend") == 0
+    printed(client.CoreV1Api(target.admin), target.namespace, target.name, restart=0, admission=1)
+    assert target.stage("audit") == 0, "a clean execution, recorded before the attack"
+    if stage == "held":
+        assert target.stage("hold") == 0
+        wait_for_drained_jobset(target.admin, target.namespace, target.name)
+    target.before.extend(executions(target))
+
+
+@contextlib.contextmanager
+def attacker(
+    actor: Actor, member: client.ApiClient, request: pytest.FixtureRequest
+) -> Iterator[client.ApiClient]:
+    """The actor's client: the member's, or the steps' ServiceAccount's (installed on demand)."""
+    if actor == "member":
+        yield member
+        return
+    identity: StepIdentity = request.getfixturevalue("steps_identity")
+    with contextlib.closing(identity.api_client()) as steps:
+        yield steps
+
+
+@pytest.mark.parametrize(("cell", "installed"), MATRIX)
+def test_every_edit_on_the_path_is_refused_raised_or_flagged(
+    cell: Cell,
+    installed: Install,
     step: Step,
     namespace: str,
     real_node_runtime: str,
     api_client: client.ApiClient,
     member: client.ApiClient,
+    request: pytest.FixtureRequest,
+    control_plane: Cluster,
 ) -> None:
-    started = step("start", *start_flags(namespace, real_node_runtime, job_id=attack.name))
-    assert started.code == 0, started.error
-    name = started.result["name"]
-    target = Target(namespace=namespace, name=name, member=member, admin=api_client)
-    if attack.stage == "running":
-        assert run_stage(step, "unsuspend", "--namespace", namespace, "--name", name).code == 0
-        printed(client.CoreV1Api(api_client), namespace, name, restart=0, admission=1)
-        audited = run_stage(step, "audit", "--namespace", namespace, "--name", name)
-        assert audited.code == 0, "a clean execution, recorded before the attack"
+    check = ""
+    queue: list[str] = []
+    if cell.stage == "queued":
+        kueue: KueueSetup = request.getfixturevalue("kueue")
+        kueue.install(cpu="1")
+        check, queued = kueue.check, kueue.queued_request()
+        queue = ["--queue", queued["queue"], "--resources-per-node", queued["resources_per_node"]]
+    if cell.runtime == "cluster":
+        flags = start_flags(namespace, real_node_runtime, *queue, train=RUNS, job_id=cell.case)
     else:
-        target.trainer_job()  # JobSet has made the suspended Jobs the attack edits
-
-    refusal = refused(lambda: attack.edit(target))
-    if installed != "none":  # both policies, or the guard alone: the API server refuses it
-        assert refusal is not None, f"{attack.name} was accepted where the guard is installed"
+        local_runtime(api_client, namespace, cell.runtime)
+        kind = ("--runtime-kind", "TrainingRuntime")
+        flags = start_flags(namespace, LOCAL_RUNTIME, *kind, train=RUNS, job_id=cell.case)
+    started = step("start", *flags)
+    assert started.code == 0, started.error
+    with attacker(cell.actor, member, request) as actor:
+        target = Target(
+            namespace=namespace,
+            name=started.result["name"],
+            actor=actor,
+            admin=api_client,
+            step=step,
+            check=check,
+            kueue_log=control_plane.plane.logs["kueue"] if control_plane.plane else None,
+        )
+        prepare(target, cell.stage)
+        refusal = refused(lambda: cell.edit(target))
+    outcome = cell.expect[installed]
+    if isinstance(outcome, Refused):
+        assert refusal is not None, f"{cell.id} was accepted where the guard is installed"
         assert refusal.status == 403, message(refusal)
-        assert f"dispatch-k8s guard {attack.refused_by}:" in message(refusal)
+        assert f"dispatch-k8s guard {outcome.rule}:" in message(refusal)
         return
-    assert refusal is None, f"refused where no policy is installed: {message(refusal)}"
-    audit = run_stage(step, "audit", "--namespace", namespace, "--name", name)
+    assert refusal is None, f"refused ({installed}): {message(refusal)}"
+    then = cell.then[installed] if isinstance(cell.then, Mapping) else cell.then
+    if then is not None:
+        then(target)
+    ran = target.history()
+    if isinstance(outcome, RaisedR):  # the follow-up waited for what ran next
+        assert ran == sorted(set(ran)), f"{cell.id} ({installed}): printed R {ran}, not rising"
+        if outcome.last is not None:
+            assert ran[-1:] == [outcome.last], f"{cell.id} ({installed}): printed R {ran}"
+        return
+    if isinstance(outcome, PutBack | OpeningRefused):
+        assert ran == [], f"{cell.id} ({installed}): printed R {ran}"
+        return
+    if isinstance(outcome, Blocked):
+        assert any(f in r for f in outcome.fragments for r in target.refusals), target.refusals
+        assert ran == [], f"{cell.id} ({installed}): printed R {ran}"
+        return
+    if isinstance(outcome, Unseen):
+        assert ran != sorted(set(ran)), f"{cell.id} ({installed}): printed R {ran}, no repeat"
+        unseen = run_stage(step, "audit", "--namespace", namespace, "--name", target.name)
+        assert unseen.code == 0, unseen.error
+        return
+    audit = run_stage(step, "audit", "--namespace", namespace, "--name", target.name)
     assert audit.code == 7, (
-        f"{attack.name} was accepted ({installed}) and not flagged: an execution could repeat R"
+        f"{cell.id} was accepted ({installed}) and not flagged: an execution could repeat R "
+        f"(printed R {ran})"
     )
-    assert attack.flagged_as in audit.error
-    flag = read_trainjob(client.CustomObjectsApi(api_client), namespace, name)["metadata"][
-        "annotations"
-    ].get(wire.FOREIGN_ANNOTATION)
+    assert outcome.fragment in audit.error, audit.error
+    flag = target.trainjob()["metadata"]["annotations"].get(wire.FOREIGN_ANNOTATION)
     assert flag == wire.FOREIGN
 
 
-@pytest.mark.parametrize("installed", INSTALLS)
+# --- what RBAC does not allow an actor: a 403 that names no guard rule ----------------------
+
+
+def _rbac_edit(where: str, target: Target, job: str) -> Callable[[], object]:
+    """The RBAC cell's edit on the started job's objects (named even where RBAC refuses first,
+    so that an allowed edit would answer 200 or 404, not 403)."""
+    api, namespace, name = target.actor, target.namespace, target.name
+    custom, batch, core = (
+        client.CustomObjectsApi(api),
+        client.BatchV1Api(api),
+        client.CoreV1Api(api),
+    )
+    opened = {"spec": {"suspend": False}}
+    noted = {"metadata": {"labels": {"note": "x"}}}
+    kueue = (wire.KUEUE_GROUP, wire.KUEUE_VERSION, namespace, "workloads", name)
+    edits: dict[str, Callable[[], object]] = {
+        "trainjob patch steps": lambda: custom.patch_namespaced_custom_object(
+            *TRAINER, namespace, "trainjobs", name, opened
+        ),
+        "trainjob delete steps": lambda: custom.delete_namespaced_custom_object(
+            *TRAINER, namespace, "trainjobs", name
+        ),
+        "runtime update steps": lambda: custom.patch_namespaced_custom_object(
+            *TRAINER, namespace, "trainingruntimes", LOCAL_RUNTIME, noted
+        ),
+        "jobset patch steps": lambda: custom.patch_namespaced_custom_object(
+            *JOBSET, namespace, "jobsets", name, opened
+        ),
+        "jobset delete steps": lambda: custom.delete_namespaced_custom_object(
+            *JOBSET, namespace, "jobsets", name
+        ),
+        "job patch steps": lambda: batch.patch_namespaced_job(job, namespace, opened),
+        "job delete steps": lambda: batch.delete_namespaced_job(job, namespace),
+        "pod patch steps": lambda: core.patch_namespaced_pod(f"{job}-0", namespace, noted),
+        "pod delete steps": lambda: core.delete_namespaced_pod(f"{job}-0", namespace),
+        "workload update steps": lambda: custom.patch_namespaced_custom_object(*kueue, noted),
+        "jobset-status patch member": lambda: custom.patch_namespaced_custom_object_status(
+            *JOBSET, namespace, "jobsets", name, {"status": {"restarts": 5}}
+        ),
+        "workload-status patch member": lambda: custom.patch_namespaced_custom_object_status(
+            *kueue, {"status": {}}
+        ),
+        "cluster-runtime update member": lambda: custom.patch_cluster_custom_object(
+            *TRAINER, "clustertrainingruntimes", NODE_RUNTIME, noted
+        ),
+    }
+    return edits[where]
+
+
+@pytest.mark.parametrize("where", RBAC_CELLS, ids=[where.replace(" ", "-") for where in RBAC_CELLS])
+def test_what_rbac_does_not_allow_is_refused_by_rbac(
+    where: str,
+    step: Step,
+    namespace: str,
+    real_node_runtime: str,
+    api_client: client.ApiClient,
+    member: client.ApiClient,
+    request: pytest.FixtureRequest,
+) -> None:
+    started = step("start", *start_flags(namespace, real_node_runtime, train=RUNS, job_id="rbac"))
+    assert started.code == 0, started.error
+    local_runtime(api_client, namespace, "namespaced")  # the runtime "runtime update steps" edits
+    actor: Actor = "steps" if where.endswith(" steps") else "member"
+    with attacker(actor, member, request) as api:
+        target = Target(
+            namespace=namespace, name=started.result["name"], actor=api, admin=api_client, step=step
+        )
+        refusal = refused(_rbac_edit(where, target, target.trainer_job()["metadata"]["name"]))
+    assert refusal is not None, f"{where} was allowed"
+    text = message(refusal)
+    assert refusal.status == 403, text
+    assert "dispatch-k8s guard" not in text, text
+    assert " cannot " in text, text  # RBAC's "User \"...\" cannot patch resource ..."
+
+
+def test_the_docstring_lists_the_matrix() -> None:
+    assert __doc__ is not None
+    assert matrix() in __doc__, matrix()
+
+
+@pytest.mark.parametrize(
+    "installed", [pytest.param(i, marks=pytest.mark.policies(i), id=i) for i in INSTALLS]
+)
 def test_a_trainjob_deleted_after_it_ran_is_not_started_again_at_a_0(
-    installed: str,
+    installed: Install,
     step: Step,
     namespace: str,
     real_node_runtime: str,

@@ -931,3 +931,32 @@ def _is_live(pod: Mapping[str, Any]) -> bool:
 
 def _word(value: Any) -> str:
     return value if isinstance(value, str) and value else repr(value)
+
+
+def job_as_audited(job: Mapping[str, Any]) -> dict[str, Any]:
+    """A TrainJob, JobSet or Job less what no audit reads (its managedFields), to be kept."""
+    meta = {k: v for k, v in shapes.mapping(job.get("metadata")).items() if k != "managedFields"}
+    return {**job, "metadata": meta}
+
+
+def pod_as_audited(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """A pod with only what the audit and core.ownership read, for a store of thousands.
+
+    Its metadata (less managedFields), its containers' names and env (the trainer's token),
+    its phase, start time and its containers' restart counts.
+    """
+    spec, status = shapes.mapping(pod.get("spec")), shapes.mapping(pod.get("status"))
+    containers = [
+        {"name": c.get("name"), "env": c.get("env")}
+        for c in shapes.mappings(spec.get("containers"))
+    ]
+    statuses = [
+        {"name": s.get("name"), "restartCount": s.get("restartCount")}
+        for s in shapes.mappings(status.get("containerStatuses"))
+    ]
+    kept = {key: status[key] for key in ("phase", "startTime") if key in status}
+    return {
+        "metadata": job_as_audited(pod)["metadata"],
+        "spec": {"containers": containers},
+        "status": {**kept, "containerStatuses": statuses},
+    }

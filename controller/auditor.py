@@ -196,14 +196,16 @@ class Auditor:
         """Every resync, audit each managed TrainJob again from the store.
 
         Its runtime is read again, so what no event of its own tells (a runtime edited) is
-        found within a resync.
+        found within a resync. The passes are spread over the resync, not queued at once: a
+        thousand at once would hold up, by seconds, the audit of a change made meanwhile.
         """
-        while not self._ended.wait(self._settings.resync_seconds):
+        period = self._settings.resync_seconds
+        while not self._ended.wait(period):
             with self._lock:
                 self._runtimes.clear()
                 keys = list(self._managed)
-            for key in keys:
-                self._changed(key)
+            for index, key in enumerate(keys):
+                self.queue.add_after(key, index * period / len(keys))
 
     def _manage(self, key: Key | None) -> None:
         if key is not None:

@@ -28,10 +28,13 @@ def job_dict(name: str = f"{NAME}-node-0", *, labelled: bool = True) -> dict[str
 
 
 def trainer(token: str) -> dict[str, Any]:
-    return {
-        "name": wire.TRAINER_CONTAINER,
-        "env": [{"name": wire.ENV_TOKEN_PREFIX, "value": token}],
-    }
+    """The trainer container as start builds it: the token among other variables."""
+    env = [
+        {"name": "DISPATCH_EPOCH", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+        {"name": wire.ENV_TOKEN_PREFIX, "value": token},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+    ]
+    return {"name": wire.TRAINER_CONTAINER, "image": "train:1", "env": env}
 
 
 def owned_pod(name: str, **fields: Any) -> dict[str, Any]:
@@ -91,6 +94,8 @@ def test_the_store_s_audit_decides_as_the_namespace_audit_does() -> None:
     ]
     restarted["status"]["startTime"] = "2026-08-01T12:00:00Z"
     pods = [pod_dict("first", completion_index="0"), repeated, restarted]
+    for pod in pods:
+        pod["spec"] = {"containers": [trainer(TOKEN)], "volumes": [{"name": "v"}]}
     recorded = audit.Execution(r=1, slot="node/0/0", pod="pod-uid-0").text()
     job = trainjob_dict(jobset_uid=UID, last_execution=recorded)
     for pod in pods:
@@ -118,3 +123,6 @@ def test_a_trimmed_pod_keeps_what_ownership_reads() -> None:
     assert ownership.pod_token(trimmed["spec"]) == TOKEN
     assert ownership.owner_uids(trimmed) == {JOB_UID}
     assert "volumes" not in trimmed["spec"]
+    assert trimmed["spec"]["containers"][0]["env"] == [
+        {"name": wire.ENV_TOKEN_PREFIX, "value": TOKEN}
+    ]

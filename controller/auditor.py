@@ -2,13 +2,17 @@
 
 Where the admission policies are not installed, detection is the only defence, and an audit
 that runs now and then cannot compare what it never saw (README: The audit). So the leader
-lists and watches the managed TrainJobs, the JobSets, their child Jobs and their pods; every
-change is mapped to its TrainJob and queued, and workers run the one audit pass
-`dispatch-audit` runs (`core.auditing.audit_trainjob`): J is recorded as soon as it rises,
-each execution as it begins, and findings flag the TrainJob foreign. It never stops a job.
+lists and watches the managed TrainJobs, the JobSets, the Jobs and the pods of its namespaces
+into a store (controller/store.py, as client-go's informers keep a cache); every change is
+mapped to its TrainJob and queued, and workers decide from the store with the pure functions
+`dispatch-audit` decides with (`core.auditing.audit_of`, `decide`). A pass that would write
+(J risen, an execution begun, a finding not yet flagged) is decided again from fresh reads of
+that TrainJob alone (`core.auditing.audit_read`), and its one update is preconditioned on the
+TrainJob as read there: a watch that lags another can delay a finding, never make one. It
+never stops a job.
 
-Level-triggered like the gate: each list (at start and every resync) queues every managed
-TrainJob again, and whatever JobSet, Job or pod changed or went since the last list.
+Level-triggered like the gate: every resync queues every managed TrainJob again, and each
+list (at start, and after a watch that cannot go on) whatever changed or went since the last.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ from typing import Any, Final
 
 from loguru import logger
 
-from dispatch_k8s.controller import serve, streams
+from dispatch_k8s.controller import serve, store, streams
 from dispatch_k8s.controller.queue import WorkQueue
+from dispatch_k8s.controller.store import Key, own_key
 from dispatch_k8s.core import auditing, shapes, wire
 from dispatch_k8s.core.auditing import AuditOutcome
 from dispatch_k8s.core.errors import DispatchError, NotFound, PreconditionFailed, Transient
@@ -39,16 +44,6 @@ from dispatch_k8s.core.settings import ControllerSettings
 COMPONENT: Final = "admission-controller"  # the Events' source, as the gate's
 FIRST_BACKOFF: Final = 0.5  # seconds before a TrainJob the API server could not serve is tried
 MAX_BACKOFF: Final = 30.0  # again, doubled each time up to this
-Key = tuple[str, str]  # the TrainJob's namespace and name
-
-
-def own_key(obj: Mapping[str, Any]) -> Key | None:
-    """A TrainJob's key, or a JobSet's: Trainer gives the JobSet its TrainJob's name."""
-    meta = shapes.mapping(obj.get("metadata"))
-    namespace, name = meta.get("namespace"), meta.get("name")
-    if isinstance(namespace, str) and isinstance(name, str) and namespace and name:
-        return namespace, name
-    return None
 
 
 def jobset_key(obj: Mapping[str, Any]) -> Key | None:
@@ -76,8 +71,10 @@ TRAINJOBS: Final = Stream(
 # JobSets carry no label of the TrainJob's (Trainer does not pass labels on from v2.2): all
 # are watched, and only those named for a managed TrainJob queue it.
 JOBSETS: Final = Stream("jobsets", JOBSET_RESOURCE, "", own_key)
-JOBS: Final = Stream("jobs", JOB_RESOURCE, wire.JOBSET_NAME_KEY, jobset_key)
-PODS: Final = Stream("pods", POD_RESOURCE, wire.JOBSET_NAME_KEY, jobset_key)
+# Every Job and pod of the namespaces, not only those labelled: core.ownership claims one whose
+# label was removed by its owner or the trainer it runs.
+JOBS: Final = Stream("jobs", JOB_RESOURCE, "", jobset_key)
+PODS: Final = Stream("pods", POD_RESOURCE, "", jobset_key)
 STREAMS: Final = (TRAINJOBS, JOBSETS, JOBS, PODS)
 
 
@@ -102,6 +99,9 @@ class Auditor:
         self._causes: dict[Key, str] = {}  # the findings last seen, so each is counted once
         self._failures: dict[Key, int] = {}
         self._watched: dict[tuple[str, str | None], int] = {}
+        self.store = store.Store()
+        # The runtimes the passes compared, read again at each resync.
+        self._runtimes: dict[tuple[str, str, str], dict[str, Any] | None] = {}
         self._workers: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -113,6 +113,7 @@ class Auditor:
                 self._spawn(name, self._follow, stream, namespace)
         for index in range(self._settings.audit_workers):
             self._workers.append(self._spawn(f"auditor {index}", self._work))
+        self._spawn("audit resync", self._resync)
 
     def _spawn(self, name: str, target: Callable[..., None], *args: Any) -> threading.Thread:
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)
@@ -128,7 +129,11 @@ class Auditor:
     # Watches
 
     def _follow(self, stream: Stream, namespace: str | None) -> None:
-        """Queue the TrainJob of every object that changed, appeared or went."""
+        """Keep the store as the collection is, and queue the TrainJob of what changed.
+
+        That is of every object that changed, appeared or went, and the TrainJob an object
+        was labelled for before a change of its label.
+        """
         known: dict[Key, tuple[str, Key | None]] = {}  # object -> (resourceVersion, TrainJob)
         listing: dict[Key, tuple[str, Key | None]] = {}
         events = streams.list_and_watch(
@@ -138,17 +143,20 @@ class Auditor:
             ended=self._ended,
             resync_seconds=self._settings.resync_seconds,
             label_selector=stream.label_selector,
+            relist=False,  # the store holds what was told; the resync audits from it
         )
         for event, obj in events:
             if event == streams.LISTING:
                 listing = {}
                 continue
             if event == streams.SYNCED:
-                gone = [key for ident, (_, key) in known.items() if ident not in listing]
+                gone = [(went, key) for went, (_, key) in known.items() if went not in listing]
                 known = listing
+                for went, _ in gone:
+                    self.store.remove(stream.kind, went)
                 if stream is TRAINJOBS:
                     self._manage_only(namespace, {key for _, key in known.values() if key})
-                for key in gone:
+                for _, key in gone:
                     self._changed(key)
                 self._count(stream, namespace, len(known))
                 continue
@@ -157,25 +165,47 @@ class Auditor:
                 continue  # a BOOKMARK, or an object without a name
             version = str(shapes.mapping(obj.get("metadata")).get("resourceVersion"))
             key = stream.key(obj)
+            seen: tuple[str, Key | None] | None = known.get(ident)
             if event == streams.LISTED:
                 listing[ident] = (version, key)
-                seen = known.get(ident)
-                if stream is TRAINJOBS:
-                    self._manage(key)  # every managed TrainJob is audited at every resync
-                elif seen is not None and seen[0] == version:
+                if seen is not None and seen[0] == version:
+                    if stream is TRAINJOBS:
+                        self._changed(key)  # every managed TrainJob is audited at every resync
                     continue  # unchanged since the watch told it
+                self.store.put(stream.kind, obj)
+                if stream is TRAINJOBS:
+                    self._manage(key)
             elif event == "DELETED":
                 known.pop(ident, None)
+                self.store.remove(stream.kind, ident)
                 self._count(stream, namespace, len(known))
                 if stream is TRAINJOBS:
                     self._unmanage(key)
                     continue
             else:
                 known[ident] = (version, key)
+                self.store.put(stream.kind, obj)
                 self._count(stream, namespace, len(known))
                 if stream is TRAINJOBS:
                     self._manage(key)
             self._changed(key)
+            if seen is not None and seen[1] != key:
+                self._changed(seen[1])
+
+    def _resync(self) -> None:
+        """Every resync, audit each managed TrainJob again from the store.
+
+        Its runtime is read again, so what no event of its own tells (a runtime edited) is
+        found within a resync. The passes are spread over the resync, not queued at once: a
+        thousand at once would hold up, by seconds, the audit of a change made meanwhile.
+        """
+        period = self._settings.resync_seconds
+        while not self._ended.wait(period):
+            with self._lock:
+                self._runtimes.clear()
+                keys = list(self._managed)
+            for index, key in enumerate(keys):
+                self.queue.add_after(key, index * period / len(keys))
 
     def _manage(self, key: Key | None) -> None:
         if key is not None:
@@ -241,7 +271,7 @@ class Auditor:
             since = self._changed_at.pop(key, None)
         log = logger.bind(trainjob=name, namespace=namespace)
         try:
-            outcome = auditing.audit_trainjob(self._gateway, namespace, name, step=COMPONENT)
+            outcome = self._pass(key)
         except PreconditionFailed as e:  # changed since it was read: the next pass reads afresh
             serve.AUDITS.labels("conflict").inc()
             log.bind(reason=str(e)).info("changed meanwhile: audit again")
@@ -265,6 +295,40 @@ class Auditor:
             self._failures.pop(key, None)
         self._tell(key, outcome, since, log)
         return None
+
+    def _pass(self, key: Key) -> AuditOutcome:
+        """Decide from the store; only a pass that would write reads (and writes) afresh."""
+        namespace, name = key
+        view = self.store.view(key)
+        if view.trainjob is None:
+            raise NotFound(f"TrainJob {namespace}/{name} is not in the store")
+        job_audit = auditing.audit_of(
+            view.trainjob,
+            view.jobset,
+            runtime_now=self._runtime(namespace, view.trainjob),
+            jobs=view.jobs,
+            pods=view.pods,
+        )
+        decision = auditing.decide(view.trainjob, view.jobset, job_audit, jobset_after=view.jobset)
+        if decision.changes is None:  # nothing to record, no finding not already flagged
+            version = str(view.trainjob["metadata"].get("resourceVersion"))
+            return AuditOutcome(
+                name=name, findings=decision.findings, recorded=False, resource_version=version
+            )
+        unlabelled = view.unlabelled(name)
+        return auditing.audit_read(self._gateway, namespace, name, also=unlabelled, step=COMPONENT)
+
+    def _runtime(self, namespace: str, trainjob: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The runtime the TrainJob names, as read since the last resync."""
+        kind, name = auditing.runtime_ref(trainjob)
+        memo = (namespace, kind, name)
+        with self._lock:
+            if memo in self._runtimes:
+                return self._runtimes[memo]
+        found = self._gateway.find_runtime(kind, name, namespace)
+        with self._lock:
+            self._runtimes[memo] = found
+        return found
 
     def _keep_since(self, key: Key, since: float | None) -> None:
         """The change a failed pass was for is still to be detected: keep when it was seen."""

@@ -30,9 +30,14 @@ def list_and_watch(
     ended: threading.Event,
     resync_seconds: float,
     label_selector: str = "",
+    relist: bool = True,
 ) -> Iterator[Event]:
     """LISTING, a LISTED per item, SYNCED, then the watch's events, once per resync.
 
+    With `relist` false the collection is listed once, and again only when the watch cannot
+    go on from the last version it told (410 Gone, a failure): a watch the server ends at the
+    resync is begun again from there, as client-go's reflector does, so a consumer that keeps
+    what it was told (controller/store.py) reads no collection again while nothing is lost.
     A list that fails half-way is begun again (another LISTING); a failed list or watch is
     retried after RELIST_BACKOFF. The stream ends once `ended` is set.
     """
@@ -46,17 +51,21 @@ def list_and_watch(
                 yield LISTED, item
             yield SYNCED, {}
             version = rest["metadata"]["resourceVersion"]
-            for kind, obj in gateway.watch_all(
-                resource,
-                namespace,
-                version=version,
-                timeout=resync_seconds,
-                label_selector=label_selector,
-            ):
-                if ended.is_set():
-                    return
-                yield kind, obj
-            # The server ended the watch at the resync: list again.
+            while not ended.is_set():
+                for kind, obj in gateway.watch_all(
+                    resource,
+                    namespace,
+                    version=version,
+                    timeout=resync_seconds,
+                    label_selector=label_selector,
+                ):
+                    if ended.is_set():
+                        return
+                    told = obj.get("metadata", {}).get("resourceVersion")
+                    version = told if isinstance(told, str) and told else version
+                    yield kind, obj
+                if relist:
+                    break  # the server ended the watch at the resync: list again
         except Expired:
             continue
         except DispatchError as e:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -24,6 +25,7 @@ from dispatch_k8s.core.wire import (
     ANCESTOR_LABEL,
     ANCESTOR_TRAINER,
     COMPLETION_INDEX_KEY,
+    ENV_TOKEN_PREFIX,
     FOREIGN,
     FOREIGN_ANNOTATION,
     FOREIGN_CAUSE_ANNOTATION,
@@ -931,3 +933,61 @@ def _is_live(pod: Mapping[str, Any]) -> bool:
 
 def _word(value: Any) -> str:
     return value if isinstance(value, str) and value else repr(value)
+
+
+def job_as_audited(job: Mapping[str, Any]) -> dict[str, Any]:
+    """A TrainJob, JobSet or Job less its managedFields (no audit reads them), to be kept.
+
+    Its words are shared as a pod's are (`pod_as_audited`).
+    """
+    meta = {k: v for k, v in shapes.mapping(job.get("metadata")).items() if k != "managedFields"}
+    trimmed: dict[str, Any] = _shared({**job, "metadata": meta})
+    return trimmed
+
+
+def pod_as_audited(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """A pod with only what the audit and core.ownership read, for a store of thousands.
+
+    Its metadata (less managedFields), its containers' names and token (the one env entry
+    core.ownership reads), its phase, start time and its containers' restart counts; the words
+    every pod repeats (keys, label values) shared, not held once per pod.
+    """
+    spec, status = shapes.mapping(pod.get("spec")), shapes.mapping(pod.get("status"))
+    containers = [
+        {
+            "name": container.get("name"),
+            "env": [
+                e
+                for e in shapes.mappings(container.get("env"))
+                if e.get("name") == ENV_TOKEN_PREFIX
+            ],
+        }
+        for container in shapes.mappings(spec.get("containers"))
+    ]
+    statuses = [
+        {"name": s.get("name"), "restartCount": s.get("restartCount")}
+        for s in shapes.mappings(status.get("containerStatuses"))
+    ]
+    kept = {key: status[key] for key in ("phase", "startTime") if key in status}
+    trimmed: dict[str, Any] = _shared(
+        {
+            "metadata": job_as_audited(pod)["metadata"],
+            "spec": {"containers": containers},
+            "status": {**kept, "containerStatuses": statuses},
+        }
+    )
+    return trimmed
+
+
+_SHORT: Final = 64  # words up to this long are shared (names, label values), not longer ones
+
+
+def _shared(value: Any) -> Any:
+    """`value` with its keys and short strings interned, so equal ones are one object."""
+    if isinstance(value, dict):
+        return {sys.intern(str(k)): _shared(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shared(item) for item in value]
+    if isinstance(value, str) and len(value) <= _SHORT:
+        return sys.intern(value)
+    return value

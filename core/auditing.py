@@ -12,7 +12,8 @@ memory grows with the jobs audited, not with their pods.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,15 +42,19 @@ class AuditOutcome:
 def audit_trainjob(gateway: Gateway, namespace: str, name: str, *, step: str) -> AuditOutcome:
     """Audit one TrainJob: read it and everything it owns, write at most one update.
 
-    The update (records and any flag) is preconditioned on the TrainJob as read, so a change
-    made meanwhile fails it (409) and the audit is run again from a fresh read. Findings not
-    told before are posted as Warning Events, best effort, after the update.
+    Every Job and pod of the namespace is read, so one whose labels were removed is still
+    claimed. The update (records and any flag) is preconditioned on the TrainJob as read, so
+    a change made meanwhile fails it (409) and the audit is run again from a fresh read.
+    Findings not told before are posted as Warning Events, best effort, after the update.
     """
-    job = gateway.read_trainjob(namespace, name)
-    jobset = gateway.read_jobset(namespace, name)
-    (audited,) = _audits(gateway, namespace, [job], {name: jobset} if jobset else {})
-    after = gateway.read_jobset(namespace, name)
-    return _record(gateway, audited, jobset_after=after, step=step)
+    return _read_and_record(
+        gateway,
+        namespace,
+        name,
+        jobs=lambda: gateway.list_jobs(namespace),
+        pods=lambda: gateway.list_pods(namespace),
+        step=step,
+    )
 
 
 def audit_namespace(
@@ -123,6 +128,12 @@ def _audits(
     return audited
 
 
+def runtime_ref(trainjob: Mapping[str, Any]) -> tuple[str, str]:
+    """The kind and name of the runtime a TrainJob names."""
+    ref = shapes.at(trainjob, "spec", "runtimeRef")
+    return str(ref.get("kind", "ClusterTrainingRuntime")), str(ref.get("name"))
+
+
 class _Runtimes:
     """Each runtime the audited jobs name, read once."""
 
@@ -131,8 +142,7 @@ class _Runtimes:
         self._read: dict[tuple[str, str], dict[str, Any] | None] = {}
 
     def now(self, trainjob: Mapping[str, Any]) -> dict[str, Any] | None:
-        ref = shapes.at(trainjob, "spec", "runtimeRef")
-        key = (str(ref.get("kind", "ClusterTrainingRuntime")), str(ref.get("name")))
+        key = runtime_ref(trainjob)
         if key not in self._read:
             self._read[key] = self._gateway.find_runtime(*key, self._namespace)
         return self._read[key]
@@ -140,6 +150,94 @@ class _Runtimes:
 
 def _by_name(objects: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {str(obj["metadata"]["name"]): obj for obj in objects}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decision:
+    """What one audit found and the annotations its one update sets (None: no update)."""
+
+    findings: tuple[audit.Finding, ...]
+    changes: dict[str, str] | None
+
+
+def decide(
+    trainjob: Mapping[str, Any],
+    jobset: Mapping[str, Any] | None,
+    job_audit: audit.JobAudit,
+    *,
+    jobset_after: Mapping[str, Any] | None,
+) -> Decision:
+    """The findings of an audit fed everything it claims, and the update they call for."""
+    findings, observed = job_audit.result(jobset_after=jobset_after)
+    unraised = opening.decide_unraised_opening(trainjob)
+    if unraised is not None:  # first: it says how the execution began
+        findings = (unraised, *findings)
+    changes = audit.decide_annotations(trainjob, findings, jobset=jobset, observed=observed)
+    return Decision(findings=findings, changes=changes)
+
+
+def audit_of(
+    trainjob: Mapping[str, Any],
+    jobset: Mapping[str, Any] | None,
+    *,
+    runtime_now: Mapping[str, Any] | None,
+    jobs: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+) -> audit.JobAudit:
+    """One TrainJob's audit, fed those of `jobs` and `pods` it owns (core.ownership)."""
+    lineage = ownership.lineage_of(trainjob, jobset)
+    owned = [job for job in jobs if lineage.claims_job(job)]
+    job_audit = audit.JobAudit(trainjob, jobset, runtime_now=runtime_now, jobs=owned)
+    for pod in pods:
+        if job_audit.claims(pod):
+            job_audit.see(pod)
+    return job_audit
+
+
+Objects = Iterable[Mapping[str, Any]]
+
+
+def audit_read(
+    gateway: Gateway,
+    namespace: str,
+    name: str,
+    *,
+    also: tuple[Objects, Objects] = ((), ()),
+    step: str,
+) -> AuditOutcome:
+    """Audit one TrainJob as `audit_trainjob` does, reading only what carries its JobSet's label.
+
+    Its Jobs and pods are listed by the `jobset-name` label, so the cost does not grow with the
+    namespace's other pods; `also` adds the Jobs and pods the caller knows of without it (the
+    controller's store: core.ownership claims them by owner or by the trainer they run).
+    """
+    selector = f"{wire.JOBSET_NAME_KEY}={name}"
+    return _read_and_record(
+        gateway,
+        namespace,
+        name,
+        jobs=lambda: [*gateway.list_jobs(namespace, selector), *also[0]],
+        pods=lambda: itertools.chain(gateway.list_pods(namespace, selector), also[1]),
+        step=step,
+    )
+
+
+def _read_and_record(
+    gateway: Gateway,
+    namespace: str,
+    name: str,
+    *,
+    jobs: Callable[[], Objects],
+    pods: Callable[[], Objects],
+    step: str,
+) -> AuditOutcome:
+    """Read the TrainJob, its JobSet, `jobs`, `pods` and the JobSet again; decide; write once."""
+    job = gateway.read_trainjob(namespace, name)
+    jobset = gateway.read_jobset(namespace, name)
+    runtime_now = _Runtimes(gateway, namespace).now(job)
+    job_audit = audit_of(job, jobset, runtime_now=runtime_now, jobs=jobs(), pods=pods())
+    after = gateway.read_jobset(namespace, name)
+    return write(gateway, job, decide(job, jobset, job_audit, jobset_after=after), step=step)
 
 
 def _record(
@@ -150,14 +248,18 @@ def _record(
     step: str,
 ) -> AuditOutcome:
     """The audit's one update of a TrainJob (if anything changes), then its Events."""
-    job = audited.trainjob
-    findings, observed = audited.audit.result(jobset_after=jobset_after)
-    unraised = opening.decide_unraised_opening(job)
-    if unraised is not None:  # first: it says how the execution began
-        findings = (unraised, *findings)
-    changes = audit.decide_annotations(job, findings, jobset=audited.jobset, observed=observed)
+    decision = decide(audited.trainjob, audited.jobset, audited.audit, jobset_after=jobset_after)
+    return write(gateway, audited.trainjob, decision, step=step)
+
+
+def write(
+    gateway: Gateway, job: Mapping[str, Any], decision: Decision, *, step: str
+) -> AuditOutcome:
+    """The update a decision calls for, preconditioned on `job` as read, then its Events."""
+    findings, changes = decision.findings, decision.changes
+    name = str(job["metadata"]["name"])
     version: str = job["metadata"]["resourceVersion"]
-    bound = logger.bind(trainjob=audited.name)
+    bound = logger.bind(trainjob=name)
     if changes:
         body = audit.with_annotations(job, changes)
         written = gateway.update_trainjob(body, trainjob.ResourceVersion(version))
@@ -176,5 +278,5 @@ def _record(
                 step=step,
             )
     return AuditOutcome(
-        name=audited.name, findings=findings, recorded=bool(changes), resource_version=version
+        name=name, findings=findings, recorded=bool(changes), resource_version=version
     )

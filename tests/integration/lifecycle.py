@@ -266,6 +266,28 @@ def reset_jobset(custom: client.CustomObjectsApi, namespace: str, name: str) -> 
     return wait_until(rebuilt, what=f"Trainer to rebuild JobSet {name}", timeout=DEADLINE)
 
 
+def clear_flag(
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    name: str,
+    uid: str,
+    *,
+    highest_restart: int | None = None,
+) -> None:
+    """What the README tells a person to do once satisfied (A job flagged foreign): drop the
+    flag, record the JobSet, and where a J may have been lost unseen record its bound."""
+    annotations: dict[str, Any] = {
+        wire.FOREIGN_ANNOTATION: None,
+        wire.FOREIGN_CAUSE_ANNOTATION: None,
+        wire.JOBSET_UID_ANNOTATION: uid,
+    }
+    if highest_restart is not None:
+        annotations[wire.HIGHEST_RESTART_ANNOTATION] = str(highest_restart)
+    custom.patch_namespaced_custom_object(
+        *TRAINER, namespace, "trainjobs", name, {"metadata": {"annotations": annotations}}
+    )
+
+
 def settled(custom: client.CustomObjectsApi, namespace: str, name: str) -> None:
     """Wait until the controllers have stopped writing a new TrainJob: Trainer writes its
     status (conditions, then the JobSet's) within a second or so of the create, and a write

@@ -7,18 +7,15 @@ The guard refuses that deletion (test_policies.py), so these run where no policy
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from kubernetes import client
 
-from dispatch_k8s.core import wire
 from tests.integration.conftest import Step, start_args, start_queued, wait_suspended
 from tests.integration.lifecycle import (
-    TRAINER,
     Execution,
     Kubelet,
     admit_and_approve,
+    clear_flag,
     read_trainjob,
     reset_jobset,
     run_stage,
@@ -38,18 +35,6 @@ def fail_twice(kubelet: Kubelet, name: str, admission: int) -> list[Execution]:
         if restart < 2:
             kubelet.set_phase(pod, "Failed")
     return executions
-
-
-def clear_flag(custom: client.CustomObjectsApi, namespace: str, name: str, uid: str) -> None:
-    """What the README tells a person to do once satisfied: drop the flag, record the JobSet."""
-    annotations: dict[str, Any] = {
-        wire.FOREIGN_ANNOTATION: None,
-        wire.FOREIGN_CAUSE_ANNOTATION: None,
-        wire.JOBSET_UID_ANNOTATION: uid,
-    }
-    custom.patch_namespaced_custom_object(
-        *TRAINER, namespace, "trainjobs", name, {"metadata": {"annotations": annotations}}
-    )
 
 
 def assert_above(execution: Execution, earlier: list[Execution]) -> None:

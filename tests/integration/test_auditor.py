@@ -1,6 +1,8 @@
 """The admission controller's auditor on the real cluster, without the policies and with no
-audit step run: it records J as soon as it rises, flags an opening no raise covers, and a
-controller restarted mid-way loses nothing (it lists everything again).
+audit step run: it records J as soon as it rises, flags an opening no raise covers and a
+replaced JobSet, a controller restarted mid-way loses nothing (it lists everything again),
+and once a person clears a flag as the README says the next R is above every R the pods
+carried (README: A job flagged foreign, The auditor).
 
 Pods are moved by playing the kubelet (tests/integration/lifecycle.py): a pod failed by hand
 is what makes the real JobSet controller restart the job (J + 1) at a moment the test picks.
@@ -18,12 +20,16 @@ from dispatch_k8s.core import events, wire
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args
 from tests.integration.controller import replicas
+from tests.integration.history import Execution, History
 from tests.integration.lifecycle import (
     TRAINER,
     Kubelet,
+    clear_flag,
     read_jobset,
     read_trainjob,
+    reset_jobset,
     run_stage,
+    wait_for_drained_jobset,
 )
 from tests.wait import wait_until
 
@@ -32,6 +38,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.policies("none")]
 NO_RESYNC: Final = ("--resync-seconds", "600")
 DETECTED: Final = 30.0  # seconds: a watch event to the flag, on two shared cores
 UNRAISED: Final = "is open (spec.suspend is not true) at metadata.generation"
+RESET: Final = "J may have been reset"  # a JobSet UID other than the recorded one
+REPEATED: Final = "which the execution of pod UID"  # a live pod repeating the recorded R
 
 
 @pytest.fixture
@@ -89,6 +97,47 @@ def warning_events(api_client: client.ApiClient, namespace: str, name: str) -> l
     ]
 
 
+def cleared_and_released(
+    step: Step,
+    kubelet: Kubelet,
+    history: History,
+    custom: client.CustomObjectsApi,
+    api_client: client.ApiClient,
+    namespace: str,
+    name: str,
+    *,
+    admission: int,
+    highest_restart: int | None = None,
+) -> Execution:
+    """What the README tells the person (A job flagged foreign): hold, drain, clear, release.
+
+    The released execution's R, read from its pod, is above every R any pod of the job
+    carried, as the history watched them; the controller, running throughout, flags nothing
+    again and records the new execution.
+    """
+    target = ("--namespace", namespace, "--name", name)
+    assert run_stage(step, "hold", *target).code == 0
+    wait_for_drained_jobset(api_client, namespace, name)
+    refused = run_stage(step, "unsuspend", *target)
+    assert (refused.code, "is flagged foreign" in refused.error) == (7, True), refused.error
+    earlier = history.of(name)
+    uid = str(read_jobset(custom, namespace, name)["metadata"]["uid"])
+    clear_flag(custom, namespace, name, uid, highest_restart=highest_restart)
+    released = run_stage(step, "unsuspend", *target)
+    assert (released.code, released.result.get("admission")) == (0, admission), released.error
+    pod = kubelet.wait_for_pod(name, restart=0, admission=admission)
+    now = Execution(name, admission, int(pod["metadata"]["labels"][wire.RESTART_ATTEMPT_KEY]))
+    wait_until(
+        lambda: now in history.of(name) or None,
+        what=f"the history to see {name}'s execution at A = {admission}",
+        timeout=DETECTED,
+    )
+    assert now.r > max(e.r for e in earlier), (now, earlier)
+    recorded_execution(custom, namespace, name, now.r)
+    assert wire.FOREIGN_ANNOTATION not in annotations_on(custom, namespace, name)
+    return now
+
+
 def test_a_release_by_hand_after_a_hold_is_flagged_as_an_opening_no_raise_covers(
     control_plane: Cluster,
     step: Step,
@@ -100,8 +149,11 @@ def test_a_release_by_hand_after_a_hold_is_flagged_as_an_opening_no_raise_covers
     api_client: client.ApiClient,
     tmp_path: Path,
 ) -> None:
-    with replicas(control_plane.kubeconfig, namespace, tmp_path, "auditor", extra=NO_RESYNC) as (
-        auditor,
+    with (
+        replicas(control_plane.kubeconfig, namespace, tmp_path, "auditor", extra=NO_RESYNC) as (
+            auditor,
+        ),
+        History(api_client, namespace) as history,
     ):
         name = opened(step, kubelet, namespace, torch_runtime, "by-hand")
         held_and_released_by_hand(step, member, namespace, name)
@@ -117,9 +169,46 @@ def test_a_release_by_hand_after_a_hold_is_flagged_as_an_opening_no_raise_covers
             what=f"a {events.FLAGGED} Warning Event on {name}",
             timeout=DETECTED,
         )
+        # The hand release ran R = 1 again; the raise after the flag is cleared gives A = 2.
+        kubelet.wait_for_pod(name, restart=0, admission=1)
+        assert {e.r for e in history.of(name)} == {1}
+        cleared_and_released(
+            step, kubelet, history, custom, api_client, namespace, name, admission=2
+        )
         assert auditor.stop() == 0
     # No audit step ran: the flag is the controller's.
     assert any(r["message"] == "flagged foreign" for r in auditor.records())
+
+
+def test_a_jobset_replaced_after_a_restart_and_a_hold_is_flagged_and_the_next_r_repeats_none(
+    control_plane: Cluster,
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    custom: client.CustomObjectsApi,
+    api_client: client.ApiClient,
+    tmp_path: Path,
+) -> None:
+    """Issue 24's first path: without the controller nothing recorded J = 1 and the release
+    after the flag was cleared ran R = 2 again; the controller records J as it rises."""
+    with (
+        replicas(control_plane.kubeconfig, namespace, tmp_path, "auditor", extra=NO_RESYNC),
+        History(api_client, namespace) as history,
+    ):
+        name = opened(step, kubelet, namespace, torch_runtime, "replaced")
+        kubelet.set_phase(kubelet.wait_for_pod(name, restart=0, admission=1), "Failed")
+        kubelet.wait_for_pod(name, restart=1, admission=1)
+        recorded_restart(custom, namespace, name, 1)
+        assert run_stage(step, "hold", "--namespace", namespace, "--name", name).code == 0
+        wait_for_drained_jobset(api_client, namespace, name)
+        reset_jobset(custom, namespace, name)
+        flagged(custom, namespace, name, what=RESET)
+        assert {e.r for e in history.of(name)} == {1, 2}
+        # max(A, floor) + highest J (1) - J of the new JobSet (0) + 1
+        cleared_and_released(
+            step, kubelet, history, custom, api_client, namespace, name, admission=3
+        )
 
 
 def test_an_opening_by_hand_is_flagged_even_if_the_first_execution_was_never_seen(
@@ -289,3 +378,51 @@ def test_a_running_trainjob_takes_no_spec_change_but_its_deadline(
     assert edit({"activeDeadlineSeconds": None}) == 200
     assert edit({"activeDeadlineSeconds": 60}) == 200
     assert read_trainjob(custom, namespace, name)["metadata"]["generation"] == generation + 3
+
+
+def test_a_controller_down_while_j_rose_and_the_jobset_was_replaced_flags_it_on_return(
+    control_plane: Cluster,
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    custom: client.CustomObjectsApi,
+    api_client: client.ApiClient,
+    tmp_path: Path,
+) -> None:
+    """What no one watched is gone with the JobSet: the J it reached (its pods went with it).
+    The controller on return sees the new UID and the recorded R run again, not the lost J;
+    the person records the bound the JobSet's failure policy sets (README: The auditor)."""
+    with History(api_client, namespace) as history:
+        with replicas(control_plane.kubeconfig, namespace, tmp_path, "first") as (first,):
+            name = opened(step, kubelet, namespace, torch_runtime, "lost")
+            recorded_execution(custom, namespace, name, 1)
+            first.kill()
+        kubelet.set_phase(kubelet.wait_for_pod(name, restart=0, admission=1), "Failed")
+        kubelet.wait_for_pod(name, restart=1, admission=1)  # R = 2, which nothing records
+        reset_jobset(custom, namespace, name)
+        kubelet.wait_for_pod(name, restart=0, admission=1)  # R = 1 again, on the new JobSet
+        before = annotations_on(custom, namespace, name)
+        assert before[wire.HIGHEST_RESTART_ANNOTATION] == "0"
+        assert wire.FOREIGN_ANNOTATION not in before
+        with replicas(control_plane.kubeconfig, namespace, tmp_path, "second", extra=NO_RESYNC):
+            cause = flagged(custom, namespace, name, what=REPEATED)
+            assert RESET in cause, cause
+            assert annotations_on(custom, namespace, name)[wire.HIGHEST_RESTART_ANNOTATION] == "0"
+            assert {e.r for e in history.of(name)} == {1, 2}
+            # The README's raise alone would give A = 1 + (0 - 0) + 1 = 2: the lost R. J of a
+            # JobSet never exceeds its maxRestarts (no rule ignores it in this runtime).
+            jobset = read_jobset(custom, namespace, name)
+            bound = int(jobset["spec"]["failurePolicy"]["maxRestarts"])
+            assert bound == 3
+            cleared_and_released(
+                step,
+                kubelet,
+                history,
+                custom,
+                api_client,
+                namespace,
+                name,
+                admission=1 + bound + 1,
+                highest_restart=bound,
+            )

@@ -14,8 +14,8 @@ from dispatch_k8s.controller.auditor import (
     STREAMS,
     backoff,
     jobset_key,
-    own_key,
 )
+from dispatch_k8s.controller.store import own_key
 from dispatch_k8s.core.wire import JOBSET_NAME_KEY
 
 
@@ -63,13 +63,14 @@ def test_an_object_without_the_names_maps_to_nothing(shape: dict[str, Any]) -> N
         assert own_key(shape) is None
 
 
-def test_only_trainjobs_are_selected_by_the_managed_label_and_jobs_and_pods_by_jobset() -> None:
+def test_only_trainjobs_are_selected_by_the_managed_label() -> None:
+    """Every Job and pod is watched: one whose JobSet label was removed is still claimed."""
     selectors = {stream.kind: stream.label_selector for stream in STREAMS}
     assert selectors == {
         "trainjobs": "app.kubernetes.io/managed-by=dispatch-k8s",
         "jobsets": "",
-        "jobs": JOBSET_NAME_KEY,
-        "pods": JOBSET_NAME_KEY,
+        "jobs": "",
+        "pods": "",
     }
 
 

@@ -1,0 +1,142 @@
+"""What the auditor's streams told: every TrainJob, JobSet, Job and pod, as the audit reads them.
+
+As client-go's informers keep a cache, so an audit pass reads memory, not the API server: a
+change to one pod costs the audit of its TrainJob, whatever the namespace holds. Jobs and pods
+are indexed by each mark core.ownership claims them by (the JobSet's label, an owner's UID, the
+trainer's token), so a TrainJob's are found in a few lookups and a removed label hides none.
+Objects are kept trimmed (core.audit.job_as_audited, pod_as_audited).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from dispatch_k8s.core import audit, ownership, shapes, wire
+
+Key = tuple[str, str]  # an object's namespace and name: a TrainJob's is its JobSet's
+Mark = tuple[str, str, str]  # (namespace, which mark, its value)
+TRAINJOBS: Final = "trainjobs"
+JOBSETS: Final = "jobsets"
+JOBS: Final = "jobs"
+PODS: Final = "pods"
+_TRIM: Final[dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]]] = {
+    TRAINJOBS: audit.job_as_audited,
+    JOBSETS: audit.job_as_audited,
+    JOBS: audit.job_as_audited,
+    PODS: audit.pod_as_audited,
+}
+
+
+def own_key(obj: Mapping[str, Any]) -> Key | None:
+    """An object's key; a TrainJob's is its JobSet's: Trainer gives the JobSet its name."""
+    meta = shapes.mapping(obj.get("metadata"))
+    namespace, name = meta.get("namespace"), meta.get("name")
+    if isinstance(namespace, str) and isinstance(name, str) and namespace and name:
+        return namespace, name
+    return None
+
+
+def _marks(kind: str, namespace: str, obj: Mapping[str, Any]) -> set[Mark]:
+    """The marks a Job or pod can be claimed by (core.ownership.Claims reads the same)."""
+    labels = shapes.labels_of(obj)
+    found = {(namespace, "uid", uid) for uid in ownership.owner_uids(obj)}
+    name = labels.get(wire.JOBSET_NAME_KEY)
+    if isinstance(name, str):
+        found.add((namespace, "name", name))
+    if kind == PODS:
+        controller = labels.get(ownership.BATCH_CONTROLLER_UID_KEY)
+        if isinstance(controller, str):
+            found.add((namespace, "uid", controller))
+        token = ownership.pod_token(obj.get("spec"))
+    else:
+        token = ownership.pod_token(shapes.at(obj, "spec", "template", "spec"))
+    if token is not None:
+        found.add((namespace, "token", token))
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """One TrainJob as the store holds it, with every Job and pod that may be its own."""
+
+    trainjob: dict[str, Any] | None
+    jobset: dict[str, Any] | None
+    jobs: list[dict[str, Any]]
+    pods: list[dict[str, Any]]
+
+    def unlabelled(self, name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Its Jobs and pods that do not carry the JobSet's label for `name`."""
+
+        def without(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return [o for o in objects if shapes.labels_of(o).get(wire.JOBSET_NAME_KEY) != name]
+
+        return without(self.jobs), without(self.pods)
+
+
+class Store:
+    """The objects of each kind by key, Jobs and pods also by mark; safe across threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._objects: dict[str, dict[Key, dict[str, Any]]] = defaultdict(dict)
+        self._by_mark: dict[str, dict[Mark, set[Key]]] = defaultdict(lambda: defaultdict(set))
+
+    def put(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """Keep the object as told now (replacing what was kept under its key)."""
+        key = own_key(obj)
+        if key is None:
+            return
+        kept = _TRIM[kind](obj)
+        with self._lock:
+            self._forget(kind, key)
+            self._objects[kind][key] = kept
+            if kind in (JOBS, PODS):
+                for mark in _marks(kind, key[0], kept):
+                    self._by_mark[kind][mark].add(key)
+
+    def remove(self, kind: str, key: Key) -> None:
+        """Forget the object of `key`."""
+        with self._lock:
+            self._forget(kind, key)
+
+    def _forget(self, kind: str, key: Key) -> None:
+        old = self._objects[kind].pop(key, None)
+        if old is None or kind not in (JOBS, PODS):
+            return
+        index = self._by_mark[kind]
+        for mark in _marks(kind, key[0], old):
+            keys = index.get(mark)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del index[mark]
+
+    def view(self, key: Key) -> View:
+        """The TrainJob of `key`, its JobSet, and the Jobs and pods any of its marks name."""
+        namespace, name = key
+        with self._lock:
+            trainjob = self._objects[TRAINJOBS].get(key)
+            jobset = self._objects[JOBSETS].get(key)
+            if trainjob is None:
+                return View(None, jobset, [], [])
+            lineage = ownership.lineage_of(trainjob, jobset)
+            marks = {(namespace, "name", name)}
+            if lineage.token is not None:
+                marks.add((namespace, "token", lineage.token))
+            job_marks = marks | (
+                {(namespace, "uid", lineage.jobset_uid)} if lineage.jobset_uid else set()
+            )
+            jobs = self._find(JOBS, job_marks)
+            owned = lineage.with_jobs(job for job in jobs if lineage.claims_job(job))
+            pods = self._find(PODS, marks | {(namespace, "uid", uid) for uid in owned.job_uids})
+        return View(trainjob, jobset, jobs, pods)
+
+    def _find(self, kind: str, marks: Iterable[Mark]) -> list[dict[str, Any]]:
+        index, objects = self._by_mark[kind], self._objects[kind]
+        keys = set().union(*(index.get(mark, ()) for mark in marks))
+        # In name order, as the API server lists them: the same objects give the same cause.
+        return [objects[key] for key in sorted(keys)]

@@ -35,7 +35,7 @@ from typing import Any, Final
 import yaml
 from kubernetes import client, config, watch
 
-from tests.bench.steps import cluster_at, say
+from tests.bench.steps import cluster_at, machine_line, say
 from tests.integration.controller import Replica, replicas
 from tests.kueue_objects import KUEUE, KueueSetup, condition
 from tests.requests import trainjob_body
@@ -305,11 +305,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="dispatch-bench-") as scratch:
         work = Path(scratch)
         with cluster_at(args.kubeconfig, work) as kubeconfig:
-            header = (
-                f"machine: {os.cpu_count()} cores, load average "
-                f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start; the "
-                f"controller with --workers {args.workers}"
-            )
+            header = f"{machine_line()}; the controller with --workers {args.workers}"
             lines = bench(kubeconfig, work, rounds, args.workers)
             sys.stdout.write("\n".join([header, "", *lines]) + "\n")
     return 0

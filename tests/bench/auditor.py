@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import copy
 import itertools
-import os
 import random
 import sys
 import tempfile
@@ -50,7 +49,7 @@ from kubernetes import client, config, watch
 
 from dispatch_k8s.core import trainjob, wire
 from tests.bench.admission import cpu_seconds, memory_mib, p50_p99
-from tests.bench.steps import cluster_at, say
+from tests.bench.steps import cluster_at, machine_line, say
 from tests.integration.controller import Replica, replicas
 from tests.integration.lifecycle import JOBSET, TRAINER, as_dict
 from tests.requests import trainjob_body
@@ -490,10 +489,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="dispatch-bench-") as scratch:
         work = Path(scratch)
         with cluster_at(args.kubeconfig, work) as kubeconfig:
-            header = (
-                f"machine: {os.cpu_count()} cores, load average "
-                f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start"
-            )
+            header = machine_line()
             lines = bench(kubeconfig, work, args)
             sys.stdout.write("\n".join([header, "", *lines]) + "\n")
     return 0

@@ -599,6 +599,12 @@ def bench_audit(cluster: Cluster, counts: Sequence[int], rounds: int) -> list[st
     return lines
 
 
+def machine_line() -> str:
+    """What a benchmark ran on, first line of its figures: the cores and how busy they were."""
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return f"machine: {os.cpu_count()} cores, load average {load} at the start"
+
+
 @contextmanager
 def cluster_at(kubeconfig: Path | None, work: Path) -> Iterator[Path]:
     """The given cluster, or a control plane of the benchmark's own (stopped at the end)."""
@@ -647,8 +653,7 @@ def main(argv: list[str]) -> int:
             cluster = Cluster(kubeconfig, kubectl, jq, work)
             cluster.setup(counts)
             header = [
-                f"machine: {os.cpu_count()} cores, load average "
-                f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start; "
+                f"{machine_line()}; "
                 f"{args.rounds} rounds of each pair, {args.audit_rounds} audit rounds",
                 "",
             ]

@@ -4,6 +4,7 @@ is, and the line each execution's own process printed, read back with pods/log."
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -92,23 +93,32 @@ def pods(
     return list(listed["items"])
 
 
+def execution_logs(
+    core: client.CoreV1Api, namespace: str, name: str, *, admission: int, restart: int | None
+) -> Iterator[tuple[str, str]]:
+    """(pod, log so far) of each pod of the execution with A = `admission` (and J =
+    `restart`, if given), until one that has not started."""
+    for pod in pods(core, namespace, name, restart):
+        annotations = pod["metadata"].get("annotations") or {}
+        if annotations.get(wire.ADMISSION_ANNOTATION) != str(admission):
+            continue
+        try:
+            log = core.read_namespaced_pod_log(pod["metadata"]["name"], namespace)
+        except client.ApiException:
+            return  # not started yet
+        yield pod["metadata"]["name"], str(log)
+
+
 def printed(
     core: client.CoreV1Api, namespace: str, name: str, *, restart: int, admission: int
 ) -> Printed:
     """The line the training command printed in the pod of attempt `restart` with A."""
 
     def line() -> Printed | None:
-        for pod in pods(core, namespace, name, restart):
-            annotations = pod["metadata"].get("annotations") or {}
-            if annotations.get(wire.ADMISSION_ANNOTATION) != str(admission):
-                continue
-            try:
-                log = core.read_namespaced_pod_log(pod["metadata"]["name"], namespace)
-            except client.ApiException:
-                return None  # not started yet
-            words = str(log).split()
+        for pod, log in execution_logs(core, namespace, name, admission=admission, restart=restart):
+            words = log.split()
             if len(words) >= 2:
-                return Printed(pod["metadata"]["name"], int(words[0]), words[1])
+                return Printed(pod, int(words[0]), words[1])
         return None
 
     what = f"{name}'s execution A={admission} J={restart} to print"

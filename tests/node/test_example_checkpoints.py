@@ -13,10 +13,9 @@ import pytest
 from epoch_checkpoints import Execution, latest, save
 from kubernetes import client
 
-from dispatch_k8s.core import wire
 from tests.integration.conftest import Step
 from tests.integration.lifecycle import run_stage, wait_for_drained_jobset
-from tests.node.executions import DEADLINE, TRAINER, node_runtime, pods, start_flags
+from tests.node.executions import DEADLINE, TRAINER, execution_logs, node_runtime, start_flags
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
@@ -59,15 +58,8 @@ def checkpoint_runtime(
 
 def events_of(core: client.CoreV1Api, namespace: str, name: str, admission: int) -> list[Any]:
     """The JSON lines the execution with A = `admission` has printed so far."""
-    for pod in pods(core, namespace, name):
-        annotations = pod["metadata"].get("annotations") or {}
-        if annotations.get(wire.ADMISSION_ANNOTATION) != str(admission):
-            continue
-        try:
-            log = core.read_namespaced_pod_log(pod["metadata"]["name"], namespace)
-        except client.ApiException:
-            return []  # not started yet
-        return [json.loads(line) for line in str(log).splitlines() if line.startswith("{")]
+    for _, log in execution_logs(core, namespace, name, admission=admission, restart=None):
+        return [json.loads(line) for line in log.splitlines() if line.startswith("{")]
     return []
 
 

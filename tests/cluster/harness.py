@@ -143,6 +143,7 @@ class ControlPlane:
         self._rest: RestClient | None = None
         self._controller_ports: dict[str, controllers.ControllerPorts] = {}
         self._engines_relay: UnixToLoopback | None = None
+        self._engine_started = False  # whether _start_node started the Docker engine
         self.started_seconds: float | None = None  # how long start() took
         self.node_started_seconds: float | None = None  # of which the node, images included
 
@@ -202,7 +203,8 @@ class ControlPlane:
     def stop(self) -> None:
         """Stop every component, newest first: TERM to each process group, KILL after a grace.
 
-        With a node, also remove what it left: containers, mounts, cgroups, changed sysctls.
+        With a node, also remove what it left: containers, mounts, cgroups, changed sysctls,
+        and the Docker engine if its node started it.
         """
         for process in reversed(list(self._processes.values())):
             process.stop()
@@ -210,6 +212,11 @@ class ControlPlane:
             self._engines_relay.close()
         if self.node is not None:
             self.node.clean()
+        if self._engine_started:  # the engine this plane's node started, and only that one
+            from tests.images import engine
+
+            engine.stop_ours()
+            self._engine_started = False
 
     def start_engines(self) -> float:
         """Start Argo Workflows' and Tekton's controllers on the running plane (once), after
@@ -326,6 +333,7 @@ class ControlPlane:
         from tests.images import engine  # the Docker engine makes the node's images
 
         began = time.monotonic()
+        self._engine_started = not engine.engine_ready()
         engine.ensure_engine()
         engine.ensure_pause_image(node_module.PAUSE_IMAGE, node_module.pause_source())
         engine.ensure_busybox_image()  # the demo's training image; tests import more

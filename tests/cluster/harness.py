@@ -628,6 +628,10 @@ class ControlPlane:
             if WEBHOOK_UNREACHABLE in e.body:
                 return None
             raise
+        except TimeoutError:
+            # Just after an etcd or API server restart a request can hang past the client's
+            # timeout while the managers' informers relist: no answer yet, ask again.
+            return None
         return True
 
     def _exists(self, path: str) -> bool | None:

@@ -9,7 +9,9 @@ mapped to its TrainJob and queued, and workers decide from the store with the pu
 (J risen, an execution begun, a finding not yet flagged) is decided again from fresh reads of
 that TrainJob alone (`core.auditing.audit_read`), and its one update is preconditioned on the
 TrainJob as read there: a watch that lags another can delay a finding, never make one. It
-never stops a job.
+never stops a job. Beyond what `dispatch-audit` finds, it compares each version of a TrainJob
+with the one it kept: a record that bounds R moved back is flagged and put back
+(core.erasure).
 
 Level-triggered like the gate: every resync queues every managed TrainJob again, and each
 list (at start, and after a watch that cannot go on) whatever changed or went since the last.
@@ -28,8 +30,9 @@ from loguru import logger
 from dispatch_k8s.controller import serve, store, streams
 from dispatch_k8s.controller.queue import WorkQueue
 from dispatch_k8s.controller.store import Key, own_key
-from dispatch_k8s.core import auditing, shapes, wire
-from dispatch_k8s.core.auditing import AuditOutcome
+from dispatch_k8s.core import auditing, erasure, shapes, wire
+from dispatch_k8s.core.auditing import AuditOutcome, Erasures
+from dispatch_k8s.core.erasure import Erasure
 from dispatch_k8s.core.errors import DispatchError, NotFound, PreconditionFailed, Transient
 from dispatch_k8s.core.gateway import (
     JOB_RESOURCE,
@@ -98,6 +101,8 @@ class Auditor:
         self._changed_at: dict[Key, float] = {}  # the first change not yet audited
         self._causes: dict[Key, str] = {}  # the findings last seen, so each is counted once
         self._failures: dict[Key, int] = {}
+        # Records seen moved back (core.erasure), by annotation, until a pass has written them.
+        self._erased: dict[Key, dict[str, Erasure]] = {}
         self._watched: dict[tuple[str, str | None], int] = {}
         self.store = store.Store()
         # The runtimes the passes compared, read again at each resync.
@@ -172,7 +177,7 @@ class Auditor:
                     if stream is TRAINJOBS:
                         self._changed(key)  # every managed TrainJob is audited at every resync
                     continue  # unchanged since the watch told it
-                self.store.put(stream.kind, obj)
+                self._keep(stream, obj, key)
                 if stream is TRAINJOBS:
                     self._manage(key)
             elif event == "DELETED":
@@ -184,13 +189,37 @@ class Auditor:
                     continue
             else:
                 known[ident] = (version, key)
-                self.store.put(stream.kind, obj)
+                self._keep(stream, obj, key)
                 self._count(stream, namespace, len(known))
                 if stream is TRAINJOBS:
                     self._manage(key)
             self._changed(key)
             if seen is not None and seen[1] != key:
                 self._changed(seen[1])
+
+    def _keep(self, stream: Stream, obj: Mapping[str, Any], key: Key | None) -> None:
+        """Keep the object; of a TrainJob, note each record the change moved back.
+
+        Two versions tell what neither does alone: the one kept and the one told now (after a
+        watch that could not go on, the one listed), so an erasure and the rerun it hides are
+        found even when both happen between two passes.
+        """
+        before = self.store.put(stream.kind, obj)
+        if stream is not TRAINJOBS or before is None or key is None:
+            return
+        self._note(key, erasure.decide_erasures(before, obj), earlier=False)
+
+    def _note(self, key: Key, erasures: Erasures, *, earlier: bool) -> None:
+        """Note erasures of the TrainJob, made after (or, `earlier`, before) those noted."""
+        if not erasures:
+            return
+        with self._lock:
+            noted = self._erased.setdefault(key, {})
+            for one in erasures:
+                other = noted.get(one.annotation)
+                if other is not None:
+                    one = one.then(other) if earlier else other.then(one)
+                noted[one.annotation] = one
 
     def _resync(self) -> None:
         """Every resync, audit each managed TrainJob again from the store.
@@ -220,6 +249,7 @@ class Auditor:
             self._changed_at.pop(key, None)
             self._causes.pop(key, None)
             self._failures.pop(key, None)
+            self._erased.pop(key, None)
 
     def _manage_only(self, namespace: str | None, keys: set[Key]) -> None:
         """After a list of TrainJobs: those of the scope are exactly the listed ones."""
@@ -297,26 +327,41 @@ class Auditor:
         return None
 
     def _pass(self, key: Key) -> AuditOutcome:
+        """One pass with the erasures noted so far; those it did not write are noted again."""
+        with self._lock:
+            erased = tuple(self._erased.pop(key, {}).values())
+        try:
+            return self._decide(key, erased)
+        except BaseException:
+            self._note(key, erased, earlier=True)
+            raise
+
+    def _decide(self, key: Key, erased: Erasures) -> AuditOutcome:
         """Decide from the store; only a pass that would write reads (and writes) afresh."""
         namespace, name = key
         view = self.store.view(key)
         if view.trainjob is None:
             raise NotFound(f"TrainJob {namespace}/{name} is not in the store")
+        trainjob = erasure.restored(view.trainjob, erased)
         job_audit = auditing.audit_of(
-            view.trainjob,
+            trainjob,
             view.jobset,
-            runtime_now=self._runtime(namespace, view.trainjob),
+            runtime_now=self._runtime(namespace, trainjob),
             jobs=view.jobs,
             pods=view.pods,
         )
-        decision = auditing.decide(view.trainjob, view.jobset, job_audit, jobset_after=view.jobset)
+        decision = auditing.decide(
+            trainjob, view.jobset, job_audit, jobset_after=view.jobset, erased=erased
+        )
         if decision.changes is None:  # nothing to record, no finding not already flagged
-            version = str(view.trainjob["metadata"].get("resourceVersion"))
+            version = str(trainjob["metadata"].get("resourceVersion"))
             return AuditOutcome(
                 name=name, findings=decision.findings, recorded=False, resource_version=version
             )
         unlabelled = view.unlabelled(name)
-        return auditing.audit_read(self._gateway, namespace, name, also=unlabelled, step=COMPONENT)
+        return auditing.audit_read(
+            self._gateway, namespace, name, also=unlabelled, erased=erased, step=COMPONENT
+        )
 
     def _runtime(self, namespace: str, trainjob: Mapping[str, Any]) -> dict[str, Any] | None:
         """The runtime the TrainJob names, as read since the last resync."""

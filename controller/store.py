@@ -85,28 +85,29 @@ class Store:
         self._objects: dict[str, dict[Key, dict[str, Any]]] = defaultdict(dict)
         self._by_mark: dict[str, dict[Mark, set[Key]]] = defaultdict(lambda: defaultdict(set))
 
-    def put(self, kind: str, obj: Mapping[str, Any]) -> None:
-        """Keep the object as told now (replacing what was kept under its key)."""
+    def put(self, kind: str, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Keep the object as told now; what was kept under its key before, if anything."""
         key = own_key(obj)
         if key is None:
-            return
+            return None
         kept = _TRIM[kind](obj)
         with self._lock:
-            self._forget(kind, key)
+            before = self._forget(kind, key)
             self._objects[kind][key] = kept
             if kind in (JOBS, PODS):
                 for mark in _marks(kind, key[0], kept):
                     self._by_mark[kind][mark].add(key)
+        return before
 
     def remove(self, kind: str, key: Key) -> None:
         """Forget the object of `key`."""
         with self._lock:
             self._forget(kind, key)
 
-    def _forget(self, kind: str, key: Key) -> None:
+    def _forget(self, kind: str, key: Key) -> dict[str, Any] | None:
         old = self._objects[kind].pop(key, None)
         if old is None or kind not in (JOBS, PODS):
-            return
+            return old
         index = self._by_mark[kind]
         for mark in _marks(kind, key[0], old):
             keys = index.get(mark)
@@ -114,6 +115,7 @@ class Store:
                 keys.discard(key)
                 if not keys:
                     del index[mark]
+        return old
 
     def view(self, key: Key) -> View:
         """The TrainJob of `key`, its JobSet, and the Jobs and pods any of its marks name."""

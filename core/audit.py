@@ -83,6 +83,7 @@ class FindingKind(StrEnum):
     ZERO_R = "zero-r"  # an execution began with R = 0: before any raise of A
     RESTART_BELOW = "restart-below-highest"  # J below the highest recorded, A not raised past it
     UNRAISED_OPENING = "unraised-opening"  # open at a generation no raise covers (core.opening)
+    RECORD_ERASED = "record-erased"  # a record that bounds R moved back (core.erasure)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,9 +19,22 @@ from typing import Any
 
 from loguru import logger
 
-from dispatch_k8s.core import audit, events, gate, opening, ownership, shapes, trainjob, wire
+from dispatch_k8s.core import (
+    audit,
+    erasure,
+    events,
+    gate,
+    opening,
+    ownership,
+    shapes,
+    trainjob,
+    wire,
+)
+from dispatch_k8s.core.erasure import Erasure
 from dispatch_k8s.core.errors import DispatchError, NotFound
 from dispatch_k8s.core.gateway import Gateway
+
+Erasures = tuple[Erasure, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -166,14 +179,23 @@ def decide(
     job_audit: audit.JobAudit,
     *,
     jobset_after: Mapping[str, Any] | None,
+    erased: Erasures = (),
 ) -> Decision:
-    """The findings of an audit fed everything it claims, and the update they call for."""
+    """The findings of an audit fed everything it claims, and the update they call for.
+
+    `erased`: the records the caller saw moved back (core.erasure), already put back in
+    `trainjob` (and in what `job_audit` was given): they are findings of their own.
+    """
     findings, observed = job_audit.result(jobset_after=jobset_after)
     unraised = opening.decide_unraised_opening(trainjob)
     if unraised is not None:  # first: it says how the execution began
         findings = (unraised, *findings)
+    findings = (*(e.finding for e in erased), *findings)
     changes = audit.decide_annotations(trainjob, findings, jobset=jobset, observed=observed)
-    return Decision(findings=findings, changes=changes)
+    # What was put back is written back, even where the flag says nothing new (erased twice).
+    annotations = shapes.annotations_of(trainjob)
+    restoring = {e.annotation: e.value for e in erased if annotations.get(e.annotation) == e.value}
+    return Decision(findings=findings, changes={**restoring, **(changes or {})} or None)
 
 
 def audit_of(
@@ -203,13 +225,15 @@ def audit_read(
     name: str,
     *,
     also: tuple[Objects, Objects] = ((), ()),
+    erased: Erasures = (),
     step: str,
 ) -> AuditOutcome:
     """Audit one TrainJob as `audit_trainjob` does, reading only what carries its JobSet's label.
 
     Its Jobs and pods are listed by the `jobset-name` label, so the cost does not grow with the
     namespace's other pods; `also` adds the Jobs and pods the caller knows of without it (the
-    controller's store: core.ownership claims them by owner or by the trainer they run).
+    controller's store: core.ownership claims them by owner or by the trainer they run), and
+    `erased` the records it saw moved back, which are put back in the TrainJob as read.
     """
     selector = f"{wire.JOBSET_NAME_KEY}={name}"
     return _read_and_record(
@@ -218,6 +242,7 @@ def audit_read(
         name,
         jobs=lambda: [*gateway.list_jobs(namespace, selector), *also[0]],
         pods=lambda: itertools.chain(gateway.list_pods(namespace, selector), also[1]),
+        erased=erased,
         step=step,
     )
 
@@ -229,15 +254,17 @@ def _read_and_record(
     *,
     jobs: Callable[[], Objects],
     pods: Callable[[], Objects],
+    erased: Erasures = (),
     step: str,
 ) -> AuditOutcome:
     """Read the TrainJob, its JobSet, `jobs`, `pods` and the JobSet again; decide; write once."""
-    job = gateway.read_trainjob(namespace, name)
+    job = erasure.restored(gateway.read_trainjob(namespace, name), erased)
     jobset = gateway.read_jobset(namespace, name)
     runtime_now = _Runtimes(gateway, namespace).now(job)
     job_audit = audit_of(job, jobset, runtime_now=runtime_now, jobs=jobs(), pods=pods())
     after = gateway.read_jobset(namespace, name)
-    return write(gateway, job, decide(job, jobset, job_audit, jobset_after=after), step=step)
+    decision = decide(job, jobset, job_audit, jobset_after=after, erased=erased)
+    return write(gateway, job, decision, step=step)
 
 
 def _record(

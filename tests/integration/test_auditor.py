@@ -40,6 +40,7 @@ DETECTED: Final = 30.0  # seconds: a watch event to the flag, on two shared core
 UNRAISED: Final = "is open (spec.suspend is not true) at metadata.generation"
 RESET: Final = "J may have been reset"  # a JobSet UID other than the recorded one
 REPEATED: Final = "which the execution of pod UID"  # a live pod repeating the recorded R
+ERASED: Final = "record-erased: "  # a record moved back, as the Warning Event tells it
 
 
 @pytest.fixture
@@ -231,6 +232,55 @@ def test_an_opening_by_hand_is_flagged_even_if_the_first_execution_was_never_see
     # Nothing recorded the first execution, so only the opening itself could tell it.
     assert "already had" in cause
     assert "which the execution of pod UID" not in cause
+
+
+def test_a_record_erased_then_a_rerun_is_flagged_and_the_record_put_back(
+    control_plane: Cluster,
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    custom: client.CustomObjectsApi,
+    member: client.CustomObjectsApi,
+    api_client: client.ApiClient,
+    tmp_path: Path,
+) -> None:
+    """The adversarial suite's one UNSEEN path with detection alone (dispatch-audit has nothing
+    to compare with once the record is gone): a member removes last-execution and deletes the
+    trainer Job, and JobSet reruns it under the same A and J. The auditor saw the record go:
+    it flags that, puts the record back, and then flags the rerun against it."""
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "auditor", extra=NO_RESYNC):
+        name = opened(step, kubelet, namespace, torch_runtime, "erased")
+        first = kubelet.wait_for_pod(name, restart=0, admission=1)
+        recorded_execution(custom, namespace, name, 1)
+        record = annotations_on(custom, namespace, name)[wire.LAST_EXECUTION_ANNOTATION]
+        member.patch_namespaced_custom_object(
+            *TRAINER,
+            namespace,
+            "trainjobs",
+            name,
+            {"metadata": {"annotations": {wire.LAST_EXECUTION_ANNOTATION: None}}},
+        )
+        client.BatchV1Api(member.api_client).delete_namespaced_job(
+            f"{name}-node-0", namespace, propagation_policy="Background"
+        )
+
+        def rerun() -> dict[str, Any] | None:
+            again = [
+                p
+                for p in kubelet.pods(name, restart=0)
+                if p["metadata"]["uid"] != first["metadata"]["uid"]
+            ]
+            return again[0] if again else None
+
+        again = wait_until(rerun, what=f"JobSet to rerun {name}'s trainer Job", timeout=DETECTED)
+        assert again["metadata"]["annotations"][wire.ADMISSION_ANNOTATION] == "1"  # R = 1 again
+        cause = flagged(custom, namespace, name, what=REPEATED)
+        assert first["metadata"]["uid"] in cause
+    annotations = annotations_on(custom, namespace, name)
+    assert annotations[wire.LAST_EXECUTION_ANNOTATION] == record, "put back, not the rerun's"
+    told = warning_events(api_client, namespace, name)
+    assert any(ERASED in message for message in told), told
 
 
 def test_a_jobset_restart_is_recorded_at_once_without_an_audit_run(

@@ -17,9 +17,11 @@ detection only), with what that install must do:
 - `blocked`: accepted, and the job can no longer be opened (`dispatch-unsuspend` exits 6);
 - `its opening refused RULE`: accepted, and the opening a controller then makes (Kueue's, read
   from its log) is refused with RULE: nothing runs;
-- `UNSEEN`: accepted, an execution repeats R, and the audit exits 0: the limit of detection
-  alone (README: the trust boundary), where the records the audit compares with are the
-  actor's to erase. Asserted as it is, so that a fix turns the cell red until it is moved;
+- `UNSEEN`: accepted, an execution repeats R, and the audit exits 0: the limit of
+  `dispatch-audit` alone (README: the trust boundary), where the records it compares with are
+  the actor's to erase. Asserted as it is, so that a fix turns the cell red until it is moved
+  (the admission controller's auditor, which this suite does not run, sees the erasure:
+  tests/integration/test_auditor.py);
 - `RBAC`: the actor has no right to it: a 403 from RBAC, whose message names no guard rule.
 
 Where an accepted edit matters only once something runs again, the cell's follow-up does what

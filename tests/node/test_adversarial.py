@@ -129,6 +129,7 @@ from kubernetes.client.exceptions import ApiException
 from dispatch_k8s.core import wire
 from tests.conftest import Cluster
 from tests.integration.conftest import Step
+from tests.integration.controller import replicas
 from tests.integration.lifecycle import (
     JOBSET,
     add_foreign_admission_entry,
@@ -1419,6 +1420,53 @@ def test_what_rbac_does_not_allow_is_refused_by_rbac(
     assert refusal.status == 403, text
     assert "dispatch-k8s guard" not in text, text
     assert " cannot " in text, text  # RBAC's "User \"...\" cannot patch resource ..."
+
+
+@pytest.mark.policies("none")
+def test_the_unseen_cell_with_the_controller_s_auditor_running_is_flagged(
+    step: Step,
+    namespace: str,
+    real_node_runtime: str,
+    api_client: client.ApiClient,
+    member: client.ApiClient,
+    control_plane: Cluster,
+    tmp_path: Path,
+) -> None:
+    """The matrix's one UNSEEN cell, with the admission controller's auditor beside it, as a
+    detection-only install runs it: nothing refuses the erasure or the rerun, which prints the
+    same R, but the auditor saw the record go. The TrainJob is flagged (the erasure, then the
+    rerun against the record it put back) and dispatch-audit then exits 7 with the repeat."""
+    (cell,) = [c for c in CELLS if c.case == "remove-last-execution-then-rerun"]
+    assert isinstance(cell.expect["none"], Unseen)
+    assert callable(cell.then)
+    flags = start_flags(namespace, real_node_runtime, train=RUNS, job_id=cell.case)
+    started = step("start", *flags)
+    assert started.code == 0, started.error
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "auditor"):
+        target = Target(
+            namespace=namespace,
+            name=started.result["name"],
+            actor=member,
+            admin=api_client,
+            step=step,
+        )
+        prepare(target, cell.stage)
+        assert refused(lambda: cell.edit(target)) is None
+        cell.then(target)
+        ran = target.history()
+        assert ran != sorted(set(ran)), f"printed R {ran}: the rerun was to repeat R"
+
+        def cause() -> str | None:
+            annotations = target.trainjob()["metadata"].get("annotations") or {}
+            found = annotations.get(wire.FOREIGN_CAUSE_ANNOTATION, "")
+            return found if "already had" in found else None
+
+        wait_until(cause, what=f"the auditor to flag {target.name}'s rerun", timeout=DEADLINE)
+        record = target.trainjob()["metadata"]["annotations"].get(wire.LAST_EXECUTION_ANNOTATION)
+        assert record is not None, "the erased record was put back"
+    audit = run_stage(step, "audit", "--namespace", namespace, "--name", target.name)
+    assert audit.code == 7, audit.error
+    assert "already had" in audit.error, audit.error
 
 
 def test_the_docstring_lists_the_matrix() -> None:

@@ -64,7 +64,10 @@ class Leading:
         self._workloads: dict[Key, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self.gatekeeper = Gatekeeper(
-            gateway, checks=lambda: self._checks, other_workloads=settings.other_workloads
+            gateway,
+            checks=lambda: self._checks,
+            other_workloads=settings.other_workloads,
+            on_refusal=settings.on_refusal,
         )
         self._threads: list[threading.Thread] = []
         self.auditor = Auditor(gateway, settings, ended=self.ended) if settings.audit else None

@@ -20,7 +20,7 @@ from dispatch_k8s.controller import serve
 from dispatch_k8s.core import events, gate, trainjob, workload
 from dispatch_k8s.core.errors import DispatchError, NotFound, PreconditionFailed, Transient
 from dispatch_k8s.core.gateway import Gateway
-from dispatch_k8s.core.trainjob import Draining, Refusal
+from dispatch_k8s.core.trainjob import Draining, Refusal, ResourceVersion
 from dispatch_k8s.core.workload import Reservation
 
 COMPONENT: Final = "admission-controller"
@@ -44,10 +44,12 @@ class Gatekeeper:
         *,
         checks: Callable[[], frozenset[str]],
         other_workloads: Literal["approve", "leave"],
+        on_refusal: gate.OnRefusal = "reject",
     ) -> None:
         self._gateway = gateway
         self._checks = checks
         self._other_workloads = other_workloads
+        self._on_refusal: gate.OnRefusal = on_refusal
         self._lock = threading.Lock()
         self._first_seen: OrderedDict[str, float] = OrderedDict()
         self._refused: OrderedDict[str, str] = OrderedDict()
@@ -110,7 +112,7 @@ class Gatekeeper:
         if isinstance(decision, workload.Skip | workload.Finished):
             return None
         if isinstance(decision, Refusal):
-            return self._refuse(current, job, decision, reason="decision")
+            return self._refuse(current, job, check, decision, reason="decision")
         if isinstance(decision, gate.Approve):
             if decision.admission is None and self._other_workloads == "leave":
                 return None
@@ -138,11 +140,13 @@ class Gatekeeper:
         meta = job["metadata"]
         jobset = self._gateway.read_jobset(meta["namespace"], meta["name"])
         decision = trainjob.decide_raise(job, jobset)
-        if isinstance(decision, Draining):
-            logger.bind(trainjob=meta["name"]).debug(decision.reason)
+        if isinstance(decision, Draining):  # a wait, told on the check: no Warning
+            if self._remember(self._refused, f"{reservation.record} {decision.reason}", True):
+                logger.bind(trainjob=meta["name"], reason=decision.reason).info("waiting")
+            self._tell_on_check(current, check, decision)
             return DRAIN_RECHECK
         if isinstance(decision, Refusal):
-            return self._refuse(current, job, decision, reason="raise")
+            return self._refuse(current, job, check, decision, reason="raise")
         raised = trainjob.with_admission(job, decision, raised_for=reservation.record)
         written = self._gateway.update_trainjob(raised, decision.resource_version)
         serve.RAISES.inc()
@@ -154,7 +158,7 @@ class Gatekeeper:
                 current, written, check=check, admission=decision.admission
             )
             if refusal is not None:
-                return self._refuse(current, written, refusal, reason="approval")
+                return self._refuse(current, written, check, refusal, reason="approval")
             message = workload.approval_message(decision.admission)
             self._approve(current, check, reservation, message, kind="dispatch")
             return None
@@ -194,19 +198,48 @@ class Gatekeeper:
         self,
         current: Mapping[str, Any],
         job: Mapping[str, Any] | None,
+        check: str,
         refusal: Refusal,
         *,
         reason: str,
     ) -> Again:
-        """Leave the check Pending; say why once per reservation, as an Event on the job."""
+        """Give the check the state the refusal calls for, its reason as the message.
+
+        Why is said once per reservation, as a Warning Event on the job.
+        """
+        state = self._tell_on_check(current, check, refusal)
         serve.REFUSALS.labels(reason).inc()
         record = workload.reservation_record(current)
         if not self._remember(self._refused, f"{record} {refusal.reason}", True):
             return None
-        logger.bind(workload=current["metadata"]["name"], reason=refusal.reason).warning("refused")
+        logger.bind(
+            workload=current["metadata"]["name"], reason=refusal.reason, state=state
+        ).warning("refused")
         if job is not None:
             self._emit(job, "Warning", REFUSED, refusal.reason)
         return None
+
+    def _tell_on_check(self, current: Mapping[str, Any], check: str, refusal: Refusal) -> str:
+        """Write the refusal's state and message on the check, unless it says so; the state.
+
+        A check the Workload does not list (admitted without it) is left alone.
+        """
+        state = gate.refused_state(refusal, on_refusal=self._on_refusal)
+        message = gate.refusal_message(refusal)
+        listed = workload.check_entry(current, check)
+        if listed is None or (listed.get("state"), listed.get("message")) == (state, message):
+            return state
+        body = workload.build_check_state(
+            current,
+            check=check,
+            state=state,
+            resource_version=ResourceVersion(current["metadata"]["resourceVersion"]),
+            message=message,
+            now=_now(),
+            requeue_after_seconds=workload.RETRY_AFTER_SECONDS if state == workload.RETRY else None,
+        )
+        self._gateway.apply_workload_status(body, manager=workload.CHECK_MANAGER)
+        return state
 
     def _emit(
         self, job: Mapping[str, Any], event_type: events.EventType, reason: str, message: str

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, Literal
 
 from dispatch_k8s.core import shapes, trainjob, wire, workload
-from dispatch_k8s.core.trainjob import Refusal
+from dispatch_k8s.core.trainjob import NeedsPerson, Refusal
 from dispatch_k8s.core.workload import Finished, Reservation, Skip
 
 
@@ -97,11 +97,33 @@ def decide_gate(
         return RaiseFor(reservation)
     floor = trainjob.admission_floor(job)
     if isinstance(floor, Refusal):
-        return Refusal(f"TrainJob {owner}: {floor.reason}")
+        return NeedsPerson(f"TrainJob {owner}: {floor.reason}")
     refusal = workload.decide_approval(workload_obj, job, check=check, admission=floor)
     if refusal is not None:
         return refusal
     return Approve(reservation, floor, workload.approval_message(floor))
+
+
+OnRefusal = Literal["reject", "retry", "wait"]
+_REFUSED_STATE: Final[dict[OnRefusal, str]] = {
+    "reject": workload.REJECTED,
+    "retry": workload.RETRY,
+    "wait": workload.PENDING,
+}
+
+
+def refused_state(refusal: Refusal, *, on_refusal: OnRefusal) -> str:
+    """The state our check is given for a refusal.
+
+    One a person must resolve gets the configured state (Rejected by default, so its quota is
+    not held); any other (a drain, a race) stays Pending.
+    """
+    return _REFUSED_STATE[on_refusal] if isinstance(refusal, NeedsPerson) else workload.PENDING
+
+
+def refusal_message(refusal: Refusal) -> str:
+    """What the check state's message tells of a refusal."""
+    return f"dispatch: {refusal.reason}"
 
 
 def active_status(check_obj: Mapping[str, Any], *, now: str) -> dict[str, Any]:

@@ -646,6 +646,19 @@ class ControllerSettings(ClusterSettings):
             metavar="approve|leave",
         ),
     ] = "approve"
+    on_refusal: Annotated[
+        Literal["reject", "retry", "wait"],
+        doc(
+            "What a reservation of a dispatch TrainJob that no wait can approve gets (the job "
+            "flagged foreign, MultiKueue, a garbled counter, R past its bound, another check "
+            "setting A): `reject` sets the check Rejected (Kueue deactivates the Workload and "
+            "releases its quota; a person fixes the job and sets the Workload's spec.active "
+            "true again); `retry` sets Retry (Kueue releases the quota and queues the Workload "
+            "again 60 s later, to be refused again until fixed); `wait` leaves it Pending, "
+            "holding the quota. The reason is the check's message either way.",
+            metavar="reject|retry|wait",
+        ),
+    ] = "reject"
     address: Annotated[
         str,
         doc(

@@ -151,7 +151,15 @@ class Refusal:
 
 
 @dataclass(frozen=True, slots=True)
-class ForeignFlag(Refusal):
+class NeedsPerson(Refusal):
+    """A refusal no wait resolves: what the objects hold must change, a person decides how.
+
+    The admission controller rejects such a reservation instead of holding its quota.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignFlag(NeedsPerson):
     """The audit flagged the TrainJob foreign: no step opens it until a person clears the flag.
 
     The step turns it into exit 7, as the audit's own finding.
@@ -305,7 +313,7 @@ def decide_raise(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None) 
         )
     generation = trainjob["metadata"].get("generation")
     if not isinstance(generation, int) or isinstance(generation, bool):
-        return Refusal(f"TrainJob {name}: metadata.generation {generation!r} is not a number")
+        return NeedsPerson(f"TrainJob {name}: metadata.generation {generation!r} is not a number")
     counters = (
         admission_in_patch(trainjob),
         admission_floor(trainjob),
@@ -314,14 +322,14 @@ def decide_raise(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None) 
     )
     for counter in counters:
         if isinstance(counter, Refusal):
-            return Refusal(f"TrainJob {name}: {counter.reason}")
+            return NeedsPerson(f"TrainJob {name}: {counter.reason}")
     in_patch, floor, highest, restart = (c for c in counters if not isinstance(c, Refusal))
     try:
         admission = next_admission(
             in_patch=in_patch, floor=floor, highest_restart=highest, restart=restart
         )
-    except IdentityError as e:
-        return Refusal(f"TrainJob {name}: {e}")
+    except IdentityError as e:  # R would leave the epoch's digits
+        return NeedsPerson(f"TrainJob {name}: {e}")
     return Raise(
         admission=admission,
         resource_version=ResourceVersion(trainjob["metadata"]["resourceVersion"]),
@@ -401,7 +409,7 @@ def multikueue_refusal(trainjob: Mapping[str, Any]) -> Refusal | None:
     """MultiKueue runs the job on a worker cluster, where A and J cannot be kept."""
     if shapes.at(trainjob, "spec").get("managedBy") != wire.MULTIKUEUE_MANAGER:
         return None
-    return Refusal(
+    return NeedsPerson(
         f"TrainJob {trainjob['metadata']['name']} is managed by MultiKueue "
         f"(spec.managedBy: {wire.MULTIKUEUE_MANAGER}), which is not supported yet: each dispatch "
         "creates the job afresh on a worker cluster, whose JobSet starts J at 0 again, so R "

@@ -13,11 +13,15 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from dispatch_k8s.core import shapes, wire
-from dispatch_k8s.core.trainjob import Refusal, ResourceVersion, foreign_flag
+from dispatch_k8s.core.trainjob import NeedsPerson, Refusal, ResourceVersion, foreign_flag
 
 TRAINJOB_KIND: Final = "TrainJob"
 READY: Final = "Ready"
 PENDING: Final = "Pending"
+REJECTED: Final = "Rejected"  # Kueue deactivates the Workload: its quota is released
+RETRY: Final = "Retry"  # Kueue evicts the Workload and queues it again, with backoff
+RETRY_AFTER_SECONDS: Final = 60  # before Kueue queues a Workload we set Retry again
+MAX_CHECK_MESSAGE: Final = 1024  # characters of a refusal told on the check state
 CHECK_MANAGER: Final = wire.ADMISSION_CHECK_CONTROLLER  # field manager of our status writes
 
 
@@ -78,12 +82,18 @@ def _check_states(workload: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return shapes.mappings(shapes.at(workload, "status").get("admissionChecks"))
 
 
-def check_state(workload: Mapping[str, Any], check: str) -> str | None:
-    """The state of admission check `check` on the Workload, None if it does not list it."""
+def check_entry(workload: Mapping[str, Any], check: str) -> Mapping[str, Any] | None:
+    """The Workload's entry for admission check `check`, None if it does not list it."""
     for state in _check_states(workload):
         if state.get("name") == check:
-            return str(state.get("state"))
+            return state
     return None
+
+
+def check_state(workload: Mapping[str, Any], check: str) -> str | None:
+    """The state of admission check `check` on the Workload, None if it does not list it."""
+    entry = check_entry(workload, check)
+    return None if entry is None else str(entry.get("state"))
 
 
 def _owner(workload: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -208,7 +218,7 @@ def pending_reservation(
         )
     overriding = _checks_setting_admission(workload, check)
     if overriding:
-        return Refusal(
+        return NeedsPerson(
             f"Workload {name}: admission check(s) {', '.join(overriding)} set "
             f"{wire.ADMISSION_ANNOTATION} through podSetUpdates, which Kueue applies after this "
             "project's patch and so would override A: remove it from their podSetUpdates"
@@ -339,11 +349,45 @@ def build_approval(
     message: str,
     now: str,
 ) -> dict[str, Any]:
-    """A server-side-apply body setting only our check Ready, preconditioned on the read.
+    """A server-side-apply body setting only our check Ready, preconditioned on the read."""
+    return build_check_state(
+        workload,
+        check=check,
+        state=READY,
+        resource_version=resource_version,
+        message=message,
+        now=now,
+    )
+
+
+def build_check_state(
+    workload: Mapping[str, Any],
+    *,
+    check: str,
+    state: str,
+    resource_version: ResourceVersion,
+    message: str,
+    now: str,
+    requeue_after_seconds: int | None = None,
+) -> dict[str, Any]:
+    """A server-side-apply body setting only our check's state and message, on the read.
+
+    `requeue_after_seconds` (with Retry): how long Kueue waits before it queues the Workload
+    again; without it Kueue queues it again at once.
 
     `admissionChecks` is a map list keyed by name, so sending our entry alone leaves the
     other checks' entries to their owners (reference/kueue.md §4).
     """
+    if len(message) > MAX_CHECK_MESSAGE:
+        message = message[: MAX_CHECK_MESSAGE - 1] + "…"
+    entry: dict[str, Any] = {
+        "name": check,
+        "state": state,
+        "message": message,
+        "lastTransitionTime": now,
+    }
+    if requeue_after_seconds is not None:
+        entry["requeueAfterSeconds"] = requeue_after_seconds
     meta = workload["metadata"]
     return {
         "apiVersion": f"{wire.KUEUE_GROUP}/{wire.KUEUE_VERSION}",
@@ -354,14 +398,5 @@ def build_approval(
             "uid": meta["uid"],
             "resourceVersion": resource_version,
         },
-        "status": {
-            "admissionChecks": [
-                {
-                    "name": check,
-                    "state": READY,
-                    "message": message,
-                    "lastTransitionTime": now,
-                }
-            ]
-        },
+        "status": {"admissionChecks": [entry]},
     }

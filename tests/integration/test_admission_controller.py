@@ -202,7 +202,37 @@ def test_a_burst_of_100_with_preemptions_and_the_leader_killed_keeps_r_rising(
         assert all(count == 1 for count in approvals.values()), f"Workload {uid}: {approvals}"
 
 
-def test_a_trainjob_flagged_foreign_is_refused_once_with_a_warning_and_left_pending(
+def check_entry(workload: dict[str, Any], check: str) -> dict[str, Any]:
+    states = workload["status"].get("admissionChecks") or []
+    return dict(next(s for s in states if s["name"] == check))
+
+
+def kueue_events(api_client: client.ApiClient, namespace: str, name: str) -> dict[str, list[str]]:
+    """The messages of the Events on the Workload `name`, by reason."""
+    listed = client.CoreV1Api(api_client).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name}"
+    )
+    found: dict[str, list[str]] = {}
+    for event in listed.items:
+        found.setdefault(str(event.reason), []).append(str(event.message))
+    return found
+
+
+def _refused_once(api_client: client.ApiClient, namespace: str, name: str) -> Any:
+    def warned() -> list[Any] | None:
+        listed = client.CoreV1Api(api_client).list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={name}"
+        )
+        found = [e for e in listed.items if e.reason == "AdmissionRefused"]
+        return found or None
+
+    (event,) = wait_until(warned, what=f"the refusal Event on {name}", timeout=DEADLINE)
+    return event
+
+
+@pytest.mark.parametrize("on_refusal", ["reject", "retry", "wait"])
+def test_a_trainjob_flagged_foreign_gets_its_check_state_and_the_reason_once(
+    on_refusal: str,
     control_plane: Cluster,
     api_client: client.ApiClient,
     step: Step,
@@ -212,30 +242,73 @@ def test_a_trainjob_flagged_foreign_is_refused_once_with_a_warning_and_left_pend
     custom: client.CustomObjectsApi,
     tmp_path: Path,
 ) -> None:
-    """A person decides on a job the audit flagged: no raise, no approval, one Event."""
+    """A person decides on a job the audit flagged: no raise, no approval, one Warning Event,
+    and the reason on the check. Rejected (the default): real Kueue deactivates the Workload
+    and releases its quota; Retry: it evicts it (quota released) and keeps it active to queue
+    again; wait: the check stays Pending and the quota stays held. Rejected, then cleared as
+    the README says (flag removed, Workload active again): raised once and admitted."""
     kueue.install(cpu="1")
     name = start_queued(step, namespace, torch_runtime, kueue, "flagged").result["name"]
     flag = {wire.FOREIGN_ANNOTATION: wire.FOREIGN, wire.FOREIGN_CAUSE_ANNOTATION: "a reset"}
     custom.patch_namespaced_custom_object(
         *TRAINER, namespace, "trainjobs", name, {"metadata": {"annotations": flag}}
     )
-    with replicas(control_plane.kubeconfig, namespace, tmp_path, "only") as (only,):
-
-        def warned() -> list[Any] | None:
-            listed = client.CoreV1Api(api_client).list_namespaced_event(
-                namespace, field_selector=f"involvedObject.name={name}"
-            )
-            found = [e for e in listed.items if e.reason == "AdmissionRefused"]
-            return found or None
-
-        (event,) = wait_until(warned, what=f"the refusal Event on {name}", timeout=DEADLINE)
+    extra = ("--on-refusal", on_refusal)
+    state = {"reject": "Rejected", "retry": "Retry", "wait": "Pending"}[on_refusal]
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "only", extra=extra) as (only,):
+        event = _refused_once(api_client, namespace, name)
         assert event.type == "Warning"
         assert "foreign" in event.message
+
+        def settled() -> dict[str, Any] | None:
+            current = workload_of(custom, namespace, name)
+            active = current["spec"].get("active", True)
+            reserved = condition(current, "QuotaReserved")
+            entry = check_entry(current, kueue.check)
+            said = str(entry.get("message"))
+            if on_refusal == "wait":  # our state and reason, the quota held
+                told = entry.get("state") == "Pending" and "is flagged foreign" in said
+                return current if told and reserved == "True" else None
+            # Kueue evicts it for the check (the quota released) and resets the check to
+            # Pending: deactivated for Rejected; still active, to be queued again, for Retry.
+            stats = current["status"].get("schedulingStats") or {}
+            reasons = {
+                (e.get("reason"), e.get("underlyingCause")) for e in stats.get("evictions") or []
+            }
+            if on_refusal == "reject":
+                evicted = ("Deactivated", "AdmissionCheck") in reasons and reserved != "True"
+                return current if active is False and evicted else None
+            evicted = any(reason == "AdmissionCheck" for reason, _ in reasons)
+            return current if active is True and evicted else None
+
+        held = wait_until(settled, what=f"Kueue to act on {state}", timeout=DEADLINE)
+        if on_refusal == "reject":
+            why = kueue_events(api_client, namespace, held["metadata"]["name"])
+            assert any("is flagged foreign" in e for e in why.get("AdmissionCheckRejected", [])), (
+                why
+            )
+        assert condition(held, "Admitted") != "True"
         assert only.metric("dispatch_admission_refusals_total", 'reason="decision"') >= 1
         assert only.metric("dispatch_admission_raises_total") == 0
         assert only.metric("dispatch_admission_approvals_total", 'kind="dispatch"') == 0
-        pending = workload_of(custom, namespace, name)
-        assert check_message(pending, kueue.check) != "dispatch: admission count raised to 1"
-        assert condition(pending, "Admitted") != "True"
         job = read_trainjob(custom, namespace, name)
         assert job["metadata"]["annotations"][wire.ADMISSION_FLOOR_ANNOTATION] == "0"
+        if on_refusal != "reject":
+            return
+        # The README's steps 4 and 5: the flag removed, then the Workload deleted, for Kueue
+        # v0.19.2 leaves one deactivated by a rejected check stuck when it is made active
+        # again (kubernetes-sigs/kueue#14309); Kueue makes a new one for the TrainJob.
+        custom.patch_namespaced_custom_object(
+            *TRAINER,
+            namespace,
+            "trainjobs",
+            name,
+            {"metadata": {"annotations": dict.fromkeys(flag)}},
+        )
+        custom.delete_namespaced_custom_object(
+            *KUEUE, namespace, "workloads", held["metadata"]["name"]
+        )
+        again = admitted(custom, namespace, name)
+        assert again["metadata"]["uid"] != held["metadata"]["uid"]
+        assert check_message(again, kueue.check) == "dispatch: admission count raised to 1"
+        assert only.metric("dispatch_admission_raises_total") == 1

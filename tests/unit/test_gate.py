@@ -7,10 +7,18 @@ from typing import Any
 
 import pytest
 
-from dispatch_k8s.core import gate, wire
+from dispatch_k8s.core import gate, trainjob, wire
 from dispatch_k8s.core.gate import Approve, RaiseFor
-from dispatch_k8s.core.trainjob import Refusal
-from dispatch_k8s.core.workload import Finished, Skip, reservation_record
+from dispatch_k8s.core.identity import MAX_R
+from dispatch_k8s.core.trainjob import Draining, NeedsPerson, Refusal, ResourceVersion
+from dispatch_k8s.core.workload import (
+    MAX_CHECK_MESSAGE,
+    RETRY_AFTER_SECONDS,
+    Finished,
+    Skip,
+    build_check_state,
+    reservation_record,
+)
 from tests.unit.audit_factories import trainjob_dict
 from tests.unit.test_workload import CHECK, OWNER_UID, workload_dict
 
@@ -152,3 +160,63 @@ def test_an_eviction_within_the_second_of_the_raise_is_raised_for_again() -> Non
     raised = dispatch_job(raised_for=reservation_record(workload_dict()), floor="4", admission="4")
     again = workload_dict(evictions=[("Preempted", 1)], evicted="False")
     assert isinstance(gate.decide_gate(again, raised, check=CHECK), RaiseFor)
+
+
+def _refusals_needing_a_person() -> list[Refusal]:
+    """Every refusal the controller meets that no wait resolves."""
+    flagged = dispatch_job(foreign="true", cause="a reset")
+    remote = dispatch_job()
+    remote["spec"]["managedBy"] = wire.MULTIKUEUE_MANAGER
+    garbled = dispatch_job(raised_for=reservation_record(workload_dict()), floor="x")
+    decided = [
+        gate.decide_gate(workload_dict(), job, check=CHECK) for job in (flagged, remote, garbled)
+    ]
+    at_bound = dispatch_job(admission=str(MAX_R), floor=str(MAX_R))
+    raised = [
+        trainjob.decide_raise(job, None) for job in (flagged, dispatch_job(floor="x"), at_bound)
+    ]
+    found = [d for d in [*decided, *raised] if isinstance(d, Refusal)]
+    assert len(found) == 6, found
+    return found
+
+
+@pytest.mark.parametrize(
+    ("on_refusal", "state"), [("reject", "Rejected"), ("retry", "Retry"), ("wait", "Pending")]
+)
+def test_a_refusal_a_person_must_resolve_gets_the_configured_state(
+    on_refusal: gate.OnRefusal, state: str
+) -> None:
+    for refusal in _refusals_needing_a_person():
+        assert isinstance(refusal, NeedsPerson), refusal
+        assert gate.refused_state(refusal, on_refusal=on_refusal) == state
+
+
+def test_a_wait_or_a_race_stays_pending_whatever_the_setting() -> None:
+    running = dispatch_job()
+    running["spec"]["suspend"] = False
+    draining = trainjob.decide_raise(
+        dispatch_job(), {"status": {"replicatedJobsStatus": [{"name": "node", "active": 1}]}}
+    )
+    open_job = trainjob.decide_raise(running, None)
+    assert isinstance(draining, Draining)
+    assert isinstance(open_job, Refusal)
+    for refusal in (draining, open_job):
+        assert not isinstance(refusal, NeedsPerson)
+        for on_refusal in ("reject", "retry", "wait"):
+            assert gate.refused_state(refusal, on_refusal=on_refusal) == "Pending"
+
+
+def test_the_check_state_carries_the_reason_bounded_and_a_retry_its_delay() -> None:
+    body = build_check_state(
+        workload_dict(),
+        check=CHECK,
+        state="Retry",
+        resource_version=ResourceVersion("7"),
+        message="x" * 5000,
+        now="2026-12-02T00:00:00Z",
+        requeue_after_seconds=RETRY_AFTER_SECONDS,
+    )
+    (entry,) = body["status"]["admissionChecks"]
+    assert (entry["state"], entry["requeueAfterSeconds"]) == ("Retry", 60)
+    assert len(entry["message"]) == MAX_CHECK_MESSAGE
+    assert body["metadata"]["resourceVersion"] == "7"

@@ -351,9 +351,19 @@ def _hold_and_release(target: Target) -> None:
 
 
 def _rerun_by_job_delete(target: Target) -> None:
-    """The record gone, a rerun: the trainer Job deleted by hand, JobSet makes it again."""
+    """The record gone, a rerun: the trainer Job deleted by hand, JobSet makes it again.
+
+    The actor then waits until the garbage collector has removed the earlier execution's
+    pods: while one is left, the audit finds two pods in one slot (a CI run saw it do so).
+    """
     _delete_job(target)
     _next_execution(target)
+
+    def earlier_gone() -> bool | None:
+        listed = as_dict(client.CoreV1Api(target.admin).list_namespaced_pod(target.namespace))
+        return not any(pod["metadata"]["uid"] in target.seen for pod in listed["items"]) or None
+
+    wait_until(earlier_gone, what=f"the earlier pods of {target.name} to go", timeout=DEADLINE)
 
 
 def _rerun_by_job_suspend(target: Target) -> None:

@@ -176,6 +176,32 @@ def read_trainjob(custom: client.CustomObjectsApi, namespace: str, name: str) ->
     return as_dict(custom.get_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name))
 
 
+def edit_trainjob(
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    name: str,
+    change: Callable[[dict[str, Any]], None],
+) -> None:
+    """Read, change, replace, as a person would; again from a fresh read after a 409.
+
+    Trainer writes a TrainJob's status on its own schedule, and a status write moves the
+    resourceVersion a replace is preconditioned on; any other refusal is raised.
+    """
+
+    def replaced() -> bool | None:
+        job = read_trainjob(custom, namespace, name)
+        change(job)
+        try:
+            custom.replace_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name, job)
+        except client.ApiException as e:
+            if e.status == 409:
+                return None
+            raise
+        return True
+
+    wait_until(replaced, what=f"TrainJob {name} to be replaced", timeout=DEADLINE)
+
+
 def content(obj: Mapping[str, Any]) -> dict[str, Any]:
     """What a step could write: labels, annotations and spec (controllers own the status).
 
@@ -305,14 +331,9 @@ def settled(custom: client.CustomObjectsApi, namespace: str, name: str) -> None:
 def add_foreign_admission_entry(
     custom: client.CustomObjectsApi, namespace: str, name: str, *, admission: str
 ) -> None:
-    """Another manager's runtime-patch entry that sets A on the trainer's pods, put first.
+    """Another manager's runtime-patch entry that sets A on the trainer's pods, put first."""
 
-    Written as a person would: read, edit, replace, and again after a 409 (Trainer's status
-    writes race any read-modify-write); any other refusal is raised.
-    """
-
-    def added() -> bool | None:
-        job = read_trainjob(custom, namespace, name)
+    def add(job: dict[str, Any]) -> None:
         patches = job["spec"]["runtimePatches"]
         ours = next(p for p in patches if p["manager"] == wire.PATCH_MANAGER)
         theirs = json.loads(json.dumps(ours))
@@ -323,15 +344,8 @@ def add_foreign_admission_entry(
             wire.ADMISSION_ANNOTATION: admission
         }
         patches.insert(0, theirs)
-        try:
-            custom.replace_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name, job)
-        except client.ApiException as e:
-            if e.status == 409:
-                return None
-            raise
-        return True
 
-    wait_until(added, what=f"a second runtime-patch entry on {name}", timeout=DEADLINE)
+    edit_trainjob(custom, namespace, name, add)
 
 
 FOREIGN_MANAGER: Final = "someone.example/tweaks"

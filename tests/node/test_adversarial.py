@@ -134,6 +134,7 @@ from tests.integration.lifecycle import (
     JOBSET,
     add_foreign_admission_entry,
     as_dict,
+    edit_trainjob,
     read_trainjob,
     run_stage,
     wait_for_drained_jobset,
@@ -443,27 +444,7 @@ def _gone_or_rerun(target: Target) -> None:
 
 
 def _replace_trainjob(target: Target, change: Callable[[dict[str, Any]], None]) -> None:
-    """Read, change, replace as the actor, again after a 409 (Trainer's status writes race)."""
-    custom = client.CustomObjectsApi(target.actor)
-
-    def replaced() -> bool | None:
-        job = as_dict(
-            custom.get_namespaced_custom_object(
-                *TRAINER, target.namespace, "trainjobs", target.name
-            )
-        )
-        change(job)
-        try:
-            custom.replace_namespaced_custom_object(
-                *TRAINER, target.namespace, "trainjobs", target.name, job
-            )
-        except ApiException as e:
-            if e.status == 409:
-                return None
-            raise
-        return True
-
-    wait_until(replaced, what=f"TrainJob {target.name} to be replaced", timeout=DEADLINE)
+    edit_trainjob(client.CustomObjectsApi(target.actor), target.namespace, target.name, change)
 
 
 def _patch_trainjob(target: Target, body: dict[str, Any]) -> None:

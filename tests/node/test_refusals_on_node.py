@@ -11,7 +11,7 @@ from kubernetes import client
 
 from dispatch_k8s.core import wire
 from tests.integration.conftest import Step
-from tests.integration.lifecycle import read_trainjob, run_stage
+from tests.integration.lifecycle import edit_trainjob, run_stage
 from tests.node.executions import DEADLINE, SHOW, pods, start_flags
 from tests.wait import wait_until
 
@@ -48,19 +48,19 @@ def test_a_garbled_a_exits_125_with_the_prologues_line(
     started = step("start", *start_flags(namespace, real_node_runtime))
     assert started.code == 0, started.error
     name = started.result["name"]
-    job = read_trainjob(custom, namespace, name)
-    patch = next(p for p in job["spec"]["runtimePatches"] if p["manager"] == wire.PATCH_MANAGER)
-    replicated = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
-    # Octal to a shell: the prologue must refuse it, never read it as 1 or 0. (Removing A from
-    # the patch would not reach the pods: JobSet merges pod-template annotations into its Jobs
-    # on resume and never removes a key, so they would keep A = 0.)
-    replicated["template"]["spec"]["template"]["metadata"]["annotations"][
-        wire.ADMISSION_ANNOTATION
-    ] = "01"
-    job["spec"]["suspend"] = False  # opened by hand, with A garbled in the patch
-    custom.replace_namespaced_custom_object(
-        wire.TRAINER_GROUP, wire.TRAINER_VERSION, namespace, "trainjobs", name, job
-    )
+
+    def garble_and_open(job: dict[str, Any]) -> None:
+        patch = next(p for p in job["spec"]["runtimePatches"] if p["manager"] == wire.PATCH_MANAGER)
+        replicated = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+        # Octal to a shell: the prologue must refuse it, never read it as 1 or 0. (Removing A
+        # from the patch would not reach the pods: JobSet merges pod-template annotations into
+        # its Jobs on resume and never removes a key, so they would keep A = 0.)
+        replicated["template"]["spec"]["template"]["metadata"]["annotations"][
+            wire.ADMISSION_ANNOTATION
+        ] = "01"
+        job["spec"]["suspend"] = False  # opened by hand, with A garbled in the patch
+
+    edit_trainjob(custom, namespace, name, garble_and_open)
 
     state = terminated(core, namespace, name)
     assert state["exitCode"] == 125

@@ -4,6 +4,7 @@ Pipeline, as `argo submit --from` and `tkn pipeline start` do, and read what the
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,15 +60,19 @@ def _get(api: client.ApiClient, group_version: tuple[str, str], path: str) -> di
     return kube.request(api, "GET", f"/apis/{'/'.join(group_version)}/{path}")
 
 
+_TEMPLATE_MISSING: Final = re.compile(r'workflowtemplate\.argoproj\.io "[^"]+" not found')
+
+
 def submit_workflow(
     api: client.ApiClient, namespace: str, template: str, parameters: Mapping[str, str]
 ) -> str:
     """A Workflow from WorkflowTemplate `template` with `parameters`; returns its name.
 
-    The workflow controller resolves `workflowTemplateRef` from its informer's cache, not
-    from the API server, so a Workflow submitted just after its template was created can
-    end at once in Error (`workflowtemplate.argoproj.io "…" not found`) with no node run.
-    That one end is submitted again, until the controller's cache has the template.
+    The workflow controller resolves `workflowTemplateRef`, and every `templateRef` inside
+    it, from its informer's cache, not from the API server, so a Workflow submitted just
+    after its templates were created can end at once (`workflowtemplate.argoproj.io "…" not
+    found`, naming the template or one it refers to, e.g. dispatch-steps) with no node run.
+    That one end is submitted again, until the controller's cache has every template.
     """
     workflow = {
         "apiVersion": "/".join(ARGO),
@@ -78,7 +83,6 @@ def submit_workflow(
             "arguments": {"parameters": [{"name": k, "value": v} for k, v in parameters.items()]},
         },
     }
-    missing = f'workflowtemplate.argoproj.io "{template}" not found'
 
     def resolved() -> str | None:
         name = str(kube.apply(api, workflow, namespace=namespace)["metadata"]["name"])
@@ -89,7 +93,7 @@ def submit_workflow(
             return status if status.get("phase") else None
 
         status = wait_until(taken, what=f"the controller to take Workflow {name}", timeout=60)
-        if status["phase"] == "Error" and missing in str(status.get("message")):
+        if not status.get("nodes") and _TEMPLATE_MISSING.search(str(status.get("message"))):
             return None
         return name
 

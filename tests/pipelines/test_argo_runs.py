@@ -257,6 +257,7 @@ def test_argo_retries_exit_3_and_75_and_never_6_or_7(
     )
     assert not ended.succeeded
     tried = ended.nodes("hold")
+    assert tried, (ended.phase, ended.body.get("status", {}).get("message"))
     assert [node["outputs"]["exitCode"] for node in tried] == [str(code)] * attempts
 
 

@@ -47,6 +47,7 @@ from dispatch_k8s.core.settings import ControllerSettings
 COMPONENT: Final = "admission-controller"  # the Events' source, as the gate's
 FIRST_BACKOFF: Final = 0.5  # seconds before a TrainJob the API server could not serve is tried
 MAX_BACKOFF: Final = 30.0  # again, doubled each time up to this
+WRITE_TRIES: Final = 4  # fresh reads and one PUT each, in one pass, before it goes back in line
 
 
 def jobset_key(obj: Mapping[str, Any]) -> Key | None:
@@ -359,9 +360,20 @@ class Auditor:
                 name=name, findings=decision.findings, recorded=False, resource_version=version
             )
         unlabelled = view.unlabelled(name)
-        return auditing.audit_read(
-            self._gateway, namespace, name, also=unlabelled, erased=erased, step=COMPONENT
-        )
+        tries = 1
+        while True:
+            try:
+                return auditing.audit_read(
+                    self._gateway, namespace, name, also=unlabelled, erased=erased, step=COMPONENT
+                )
+            except PreconditionFailed:
+                # Trainer writes the TrainJob's status as its JobSet moves, and each status
+                # write fails a PUT read before it. Read and decide again now, as client-go's
+                # RetryOnConflict does, rather than behind every key queued meanwhile.
+                if tries == WRITE_TRIES:
+                    raise
+                tries += 1
+                serve.AUDITS.labels("conflict").inc()
 
     def _runtime(self, namespace: str, trainjob: Mapping[str, Any]) -> dict[str, Any] | None:
         """The runtime the TrainJob names, as read since the last resync."""

@@ -6,19 +6,13 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from loguru import logger
 
-from dispatch_k8s.core import lease, shapes
+from dispatch_k8s.core import clock, lease, shapes
 from dispatch_k8s.core.errors import DispatchError, Fenced, PreconditionFailed
 from dispatch_k8s.core.gateway import Gateway
-
-
-def micro_time() -> str:
-    """Now as a Kubernetes MicroTime."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Elector:
@@ -93,7 +87,7 @@ class Elector:
             name=self._name,
             identity=self.identity,
             duration_seconds=self._lease_seconds,
-            now=micro_time(),
+            now=clock.micro_now(),
         )
         left = budget - (now - began)
         if left <= 0:
@@ -137,7 +131,7 @@ class Elector:
             return
         try:
             self._gateway.write_lease(
-                lease.released(self._held, now=micro_time()), timeout=self.retry_seconds
+                lease.released(self._held, now=clock.micro_now()), timeout=self.retry_seconds
             )
             logger.bind(lease=self._name).info("released the leader Lease")
         except DispatchError as e:

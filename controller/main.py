@@ -18,7 +18,6 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from types import FrameType
 from typing import Any, Final
 
@@ -30,7 +29,7 @@ from dispatch_k8s.controller.leader import Elector
 from dispatch_k8s.controller.queue import WorkQueue
 from dispatch_k8s.controller.reconcile import Gatekeeper
 from dispatch_k8s.controller.threads import Supervisor
-from dispatch_k8s.core import gate, output, workload
+from dispatch_k8s.core import clock, gate, output, workload
 from dispatch_k8s.core.errors import BadInput, DispatchError, Fenced
 from dispatch_k8s.core.gateway import (
     ADMISSION_CHECK_RESOURCE,
@@ -135,7 +134,7 @@ class Leading:
             self._known_checks.set()
 
     def _keep_active(self, check: dict[str, Any]) -> None:
-        wanted = gate.active_status(check, now=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+        wanted = gate.active_status(check, now=clock.now())
         if not gate.needs_active_write(check, wanted):
             return
         try:

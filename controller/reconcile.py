@@ -11,13 +11,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 from loguru import logger
 
 from dispatch_k8s.controller import serve
-from dispatch_k8s.core import events, gate, trainjob, workload
+from dispatch_k8s.core import clock, events, gate, trainjob, workload
 from dispatch_k8s.core.errors import DispatchError, NotFound, PreconditionFailed, Transient
 from dispatch_k8s.core.gateway import Gateway
 from dispatch_k8s.core.trainjob import Draining, Refusal, ResourceVersion
@@ -29,10 +28,6 @@ DRAIN_RECHECK: Final = 2.0  # seconds: the last execution's Jobs are going
 TRANSIENT_RECHECK: Final = 5.0  # seconds: the API server was unreachable or overloaded
 REMEMBERED: Final = 10_000  # reservations whose first sighting is kept for the histogram
 Again = float | None  # seconds until the Workload is looked at again; None: on its next change
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Gatekeeper:
@@ -184,7 +179,7 @@ class Gatekeeper:
             check=check,
             resource_version=reservation.resource_version,
             message=message,
-            now=_now(),
+            now=clock.now(),
         )
         self._gateway.apply_workload_status(body, manager=workload.CHECK_MANAGER)
         serve.APPROVALS.labels(kind).inc()
@@ -235,7 +230,7 @@ class Gatekeeper:
             state=state,
             resource_version=ResourceVersion(current["metadata"]["resourceVersion"]),
             message=message,
-            now=_now(),
+            now=clock.now(),
             requeue_after_seconds=workload.RETRY_AFTER_SECONDS if state == workload.RETRY else None,
         )
         self._gateway.apply_workload_status(body, manager=workload.CHECK_MANAGER)

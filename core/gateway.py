@@ -15,12 +15,11 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import quote
 
-from dispatch_k8s.core import events, shapes, wire
+from dispatch_k8s.core import clock, events, shapes, wire
 from dispatch_k8s.core.errors import (
     BadInput,
     DispatchError,
@@ -625,7 +624,7 @@ class Gateway:
         from kubernetes.client.exceptions import ApiException
         from loguru import logger
 
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = clock.now()
         event = events.build_event(
             trainjob, event_type=event_type, reason=reason, message=message, step=step, now=now
         )

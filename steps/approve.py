@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from loguru import logger
 
-from dispatch_k8s.core import output, trainjob, workload
+from dispatch_k8s.core import clock, output, trainjob, workload
 from dispatch_k8s.core.errors import PreconditionFailed, Refused
 from dispatch_k8s.core.gateway import Gateway
 from dispatch_k8s.core.settings import ApproveSettings
@@ -36,7 +34,7 @@ def run(settings: ApproveSettings) -> output.Result:
         check=settings.check,
         resource_version=trainjob.ResourceVersion(settings.workload_resource_version),
         message=workload.approval_message(settings.admission),
-        now=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        now=clock.now(),
     )
     written = gateway.apply_workload_status(body, manager=workload.CHECK_MANAGER)
     logger.bind(workload=settings.workload, admission=settings.admission).info("approved")

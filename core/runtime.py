@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from dispatch_k8s.core import shapes
 from dispatch_k8s.core.wire import (
     ALLOW_RANK_RESTART_ANNOTATION,
     ALLOW_RESTARTS_ANNOTATION,
@@ -106,8 +107,8 @@ def build_refusal(runtime: Mapping[str, Any], violations: Sequence[Violation]) -
 
 def trainer_job_name(runtime: Mapping[str, Any]) -> str | None:
     """Return the name of the trainer job (the first labelled ancestor step trainer), if any."""
-    for job in _entries(_at(runtime, "spec", "template", "spec", "replicatedJobs")):
-        if _at(job, "template", "metadata", "labels", ANCESTOR_LABEL) == ANCESTOR_TRAINER:
+    for job in _replicated_jobs(runtime):
+        if shapes.at(job, "template", "metadata", "labels").get(ANCESTOR_LABEL) == ANCESTOR_TRAINER:
             return _name_of(job)
     return None
 
@@ -168,16 +169,15 @@ def requested_resources(
     every replicated job, since Kueue admits the pod sets of all of them together.
     """
     specs: list[Mapping[str, Any] | None] = [resources_per_node]
-    jobs = _entries(_at(runtime, "spec", "template", "spec", "replicatedJobs"))
-    for job in jobs:
-        pod = _at(job, "template", "spec", "template", "spec")
+    for job in _replicated_jobs(runtime):
+        pod = shapes.at(job, "template", "spec", "template", "spec")
         for field in ("containers", "initContainers"):
-            specs += [_at(c, "resources") for c in _entries(_at(pod, field))]
+            specs += [shapes.at(c, "resources") for c in shapes.mappings(pod.get(field))]
     return {
         name
         for spec in specs
         for kind in ("requests", "limits")
-        for name, quantity in (_at(spec, kind) or {}).items()
+        for name, quantity in shapes.at(spec, kind).items()
         if not _ZERO_QUANTITY.fullmatch(str(quantity))
     }
 
@@ -465,15 +465,8 @@ def _check_failure_policy(jobset: Mapping[str, Any], check: _Check) -> None:
             )
 
 
-def _at(value: Any, *keys: str) -> Any:
-    """Return the value under `keys`, or None where a level is missing or not a mapping."""
-    for key in keys:
-        value = value.get(key) if isinstance(value, Mapping) else None
-    return value
-
-
-def _entries(value: Any) -> list[Mapping[str, Any]]:
-    return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
+def _replicated_jobs(runtime: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return shapes.mappings(shapes.at(runtime, "spec", "template", "spec").get("replicatedJobs"))
 
 
 def _name_of(job: Mapping[str, Any]) -> str | None:

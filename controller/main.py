@@ -252,25 +252,23 @@ def run(settings: ControllerSettings) -> int:
 
 def main() -> None:
     """The console script: settings from flags and DISPATCH_* env, exit codes as the steps'."""
-    output.configure_logging(PROG.removeprefix("dispatch-"))
-    try:
-        settings = load_settings(
-            ControllerSettings, prog=PROG, argv=sys.argv[1:], about=ABOUT, example=EXAMPLE
+    output.guarded(PROG.removeprefix("dispatch-"), _configured_run)
+
+
+def _configured_run() -> int:
+    settings = load_settings(
+        ControllerSettings, prog=PROG, argv=sys.argv[1:], about=ABOUT, example=EXAMPLE
+    )
+    if (
+        min(settings.workers, settings.audit_workers) < 1
+        or settings.resync_seconds <= 0
+        or settings.lease_seconds < 3
+    ):
+        raise BadInput(
+            f"{PROG}: --workers and --audit-workers must be at least 1, --resync-seconds "
+            "above 0 and --lease-seconds at least 3"
         )
-        if (
-            min(settings.workers, settings.audit_workers) < 1
-            or settings.resync_seconds <= 0
-            or settings.lease_seconds < 3
-        ):
-            raise BadInput(
-                f"{PROG}: --workers and --audit-workers must be at least 1, --resync-seconds "
-                "above 0 and --lease-seconds at least 3"
-            )
-        code = run(settings)
-    except DispatchError as e:
-        logger.bind(exit_code=e.exit_code, error=type(e).__name__).error(str(e))
-        raise SystemExit(e.exit_code) from None
-    raise SystemExit(code)
+    return run(settings)
 
 
 ABOUT = (

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NoReturn, TypeVar
 
 from loguru import logger
 
@@ -77,6 +77,23 @@ def write_outputs(result: Result, outputs_dir: Path) -> None:
         (outputs_dir / key).write_text(field_text(value))
 
 
+def guarded(step: str, body: Callable[[], int]) -> NoReturn:
+    """Run a console script's `body` with logs for `step`, and exit with the code it returns.
+
+    A DispatchError exits with its own code, told in one logged line and as the container's
+    termination message.
+    """
+    configure_logging(step)
+    try:
+        code = body()
+    except DispatchError as e:
+        reason = str(e).replace("\n", " ")
+        logger.bind(exit_code=e.exit_code, error=type(e).__name__).error(reason)
+        _record_termination(reason)
+        raise SystemExit(e.exit_code) from None
+    raise SystemExit(code)
+
+
 def _record_termination(reason: str) -> None:
     # Kubernetes shows this file's text as the container's termination message.
     if TERMINATION_LOG.exists():
@@ -99,33 +116,30 @@ def entrypoint(
     `about` (two lines: what the step does) and `example` (one command line) are its --help.
     """
 
-    def main() -> None:
-        configure_logging(step)
-        try:
-            settings = load_settings(
-                settings_cls,
-                prog=f"dispatch-{step}",
-                argv=sys.argv[1:],
-                about=about,
-                example=example,
-            )
-            if settings.outputs_dir is not None:
-                prepare_outputs_dir(settings.outputs_dir)
-            outcome = run(settings)
-            report = (
-                outcome if isinstance(outcome, Report) else Report(lines=[outcome], summary=outcome)
-            )
-            if settings.outputs_dir is not None:
-                write_outputs(report.summary, settings.outputs_dir)
-            for line in report.lines:
-                sys.stdout.write(json.dumps(line, sort_keys=True) + "\n")
-            if report.error is not None:
-                raise report.error
-        except DispatchError as e:
-            reason = str(e).replace("\n", " ")
-            logger.bind(exit_code=e.exit_code, error=type(e).__name__).error(reason)
-            _record_termination(reason)
-            raise SystemExit(e.exit_code) from None
+    def body() -> int:
+        settings = load_settings(
+            settings_cls,
+            prog=f"dispatch-{step}",
+            argv=sys.argv[1:],
+            about=about,
+            example=example,
+        )
+        if settings.outputs_dir is not None:
+            prepare_outputs_dir(settings.outputs_dir)
+        outcome = run(settings)
+        report = (
+            outcome if isinstance(outcome, Report) else Report(lines=[outcome], summary=outcome)
+        )
+        if settings.outputs_dir is not None:
+            write_outputs(report.summary, settings.outputs_dir)
+        for line in report.lines:
+            sys.stdout.write(json.dumps(line, sort_keys=True) + "\n")
+        if report.error is not None:
+            raise report.error
         logger.info("done")
+        return 0
+
+    def main() -> None:
+        guarded(step, body)
 
     return main

@@ -95,12 +95,11 @@ def decide_gate(
     recorded = shapes.annotations_of(job).get(wire.RAISED_FOR_ANNOTATION)
     if not workload.raised_for_reservation(recorded, workload_obj):
         return RaiseFor(reservation)
+    # What dispatch-approve checks (workload.decide_approval) is already known here: the check
+    # is Pending, no flag, A raised for this reservation, and the floor read once, canonical.
     floor = trainjob.admission_floor(job)
     if isinstance(floor, Refusal):
         return NeedsPerson(f"TrainJob {owner}: {floor.reason}")
-    refusal = workload.decide_approval(workload_obj, job, check=check, admission=floor)
-    if refusal is not None:
-        return refusal
     return Approve(reservation, floor, workload.approval_message(floor))
 
 

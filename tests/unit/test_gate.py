@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dispatch_k8s.core import gate, trainjob, wire
 from dispatch_k8s.core.gate import Approve, RaiseFor
@@ -17,6 +19,7 @@ from dispatch_k8s.core.workload import (
     Finished,
     Skip,
     build_check_state,
+    decide_approval,
     reservation_record,
 )
 from tests.unit.audit_factories import trainjob_dict
@@ -220,3 +223,31 @@ def test_the_check_state_carries_the_reason_bounded_and_a_retry_its_delay() -> N
     assert (entry["state"], entry["requeueAfterSeconds"]) == ("Retry", 60)
     assert len(entry["message"]) == MAX_CHECK_MESSAGE
     assert body["metadata"]["resourceVersion"] == "7"
+
+
+@given(
+    state=st.sampled_from(["Pending", "Ready", "Retry", "Rejected"]),
+    admitted=st.sampled_from([None, "True", "False"]),
+    evictions=st.sampled_from([None, [("Preempted", 1)]]),
+    raised=st.booleans(),
+    floor=st.sampled_from(["0", "1", "4", "01", " 4", "x", ""]),
+    flagged=st.booleans(),
+)
+def test_the_gate_approves_only_what_dispatch_approve_would(
+    state: str,
+    admitted: str | None,
+    evictions: list[tuple[str, int]] | None,
+    raised: bool,
+    floor: str,
+    flagged: bool,
+) -> None:
+    # The gate does not call workload.decide_approval: each thing it checks, the gate has
+    # already decided on the same objects. Were one missed, this finds the approval.
+    current = workload_dict(state=state, admitted=admitted, evictions=evictions)
+    job = dispatch_job(raised_for=reservation_record(current) if raised else "old 1", floor=floor)
+    if flagged:
+        job["metadata"]["annotations"][wire.FOREIGN_ANNOTATION] = "true"
+    decision = gate.decide_gate(current, job, check=CHECK)
+    if isinstance(decision, Approve):
+        assert decision.admission is not None
+        assert decide_approval(current, job, check=CHECK, admission=decision.admission) is None

@@ -138,38 +138,6 @@ class Finding:
         return self.reason
 
 
-def decide_findings(
-    trainjob: Mapping[str, Any],
-    jobset: Mapping[str, Any] | None,
-    *,
-    pods: Iterable[Mapping[str, Any]],
-) -> tuple[Finding, ...]:
-    """Return every finding of DESIGN §2 for a TrainJob, its JobSet (None if absent) and pods."""
-    return decide_audit(trainjob, jobset, pods=pods)[0]
-
-
-def decide_audit(
-    trainjob: Mapping[str, Any],
-    jobset: Mapping[str, Any] | None,
-    *,
-    pods: Iterable[Mapping[str, Any]],
-    runtime_now: Mapping[str, Any] | Unread | None = UNREAD,
-    jobs: Iterable[Mapping[str, Any]] = (),
-    jobset_after: Mapping[str, Any] | None = None,
-) -> tuple[tuple[Finding, ...], Observed]:
-    """Return the findings and what was observed, from one pass over `pods`.
-
-    `pods` is iterated once, so pages of a pod list can be streamed through it. `runtime_now`
-    is the runtime as read now (None: it is gone), compared with the one start recorded;
-    `jobs` are the JobSet's child Jobs, whose specs can be edited apart from the JobSet's;
-    `jobset_after` the JobSet read again after the pods (see `JobAudit.result`).
-    """
-    job_audit = JobAudit(trainjob, jobset, runtime_now=runtime_now, jobs=jobs)
-    for pod in pods:
-        job_audit.see(pod)
-    return job_audit.result(jobset_after=jobset_after)
-
-
 class JobAudit:
     """The audit of one TrainJob, fed its pods one at a time (so many jobs share one list).
 

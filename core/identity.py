@@ -103,27 +103,6 @@ def parse_counter(text: object, *, name: str) -> int:
     return int(text)
 
 
-def check_r(counts: Counts) -> int:
-    """Return R, refusing one that no longer fits the epoch's last six digits."""
-    if counts.r > MAX_R:
-        raise IdentityError(
-            f"R = A + J = {counts.admission} + {counts.restart} = {counts.r} "
-            f"must be below 10^6 (at most {MAX_R})"
-        )
-    return counts.r
-
-
-def epoch(identity: Identity, counts: Counts) -> int:
-    """DISPATCH_EPOCH = G x 10^12 + N x 10^6 + R."""
-    return identity.epoch_prefix * 10**6 + check_r(counts)
-
-
-def attempt_token(identity: Identity, counts: Counts) -> str:
-    """DISPATCH_ATTEMPT = `<JobID>.<N>.<attempt>.<A>.<J>`."""
-    check_r(counts)
-    return f"{identity.token_prefix}.{counts.admission}.{counts.restart}"
-
-
 def next_admission(*, in_patch: int, floor: int, highest_restart: int, restart: int) -> int:
     """The raise rule: the new A keeps R = A + J above every R the job has had.
 

@@ -18,11 +18,12 @@ import docker.errors  # type: ignore[import-untyped]  # docker-py ships no type 
 import pytest
 
 from dispatch_k8s.core import wire
-from dispatch_k8s.core.identity import Counts, Identity, attempt_token, epoch
+from dispatch_k8s.core.identity import Counts, Identity
 from dispatch_k8s.core.prologue import EXIT_REFUSED
 from tests.images.containers import Mount, container, run_container
 from tests.shells import resolve_downward_env
 from tests.shipped import RUNTIMES
+from tests.support.identity import attempt_token, epoch
 
 pytestmark = pytest.mark.images
 IDENTITY: Final = Identity(job_id="train-42", generation=3, submission=7, attempt=2)

@@ -14,13 +14,14 @@ import yaml
 from kubernetes import client
 
 from dispatch_k8s.core import wire
-from dispatch_k8s.core.identity import Counts, Identity, attempt_token, epoch
+from dispatch_k8s.core.identity import Counts, Identity
 from tests.cluster.engines import loopback_api_env
 from tests.cluster.node import TOLERATION
 from tests.cluster.process import LOOPBACK
 from tests.images.engine import BUSYBOX
 from tests.integration.lifecycle import as_dict
 from tests.shipped import TORCH_RUNTIME, documents
+from tests.support.identity import attempt_token, epoch
 from tests.wait import wait_until
 
 TRAINER: Final = (wire.TRAINER_GROUP, wire.TRAINER_VERSION)

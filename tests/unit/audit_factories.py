@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from dispatch_k8s.core.audit import UNREAD, Finding, JobAudit, Observed, Unread
 from dispatch_k8s.core.trainjob import build_runtime_patch
 from dispatch_k8s.core.wire import (
     ADMISSION_ANNOTATION,
@@ -118,3 +120,30 @@ def pod_dict(
 
 def _set(values: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in values.items() if value is not None}
+
+
+def decide_audit(
+    trainjob: Mapping[str, Any],
+    jobset: Mapping[str, Any] | None,
+    *,
+    pods: Iterable[Mapping[str, Any]],
+    runtime_now: Mapping[str, Any] | Unread | None = UNREAD,
+    jobs: Iterable[Mapping[str, Any]] = (),
+    jobset_after: Mapping[str, Any] | None = None,
+) -> tuple[tuple[Finding, ...], Observed]:
+    """The findings and what was observed, from one pass over `pods`, as core.auditing's
+    `audit_of` and `decide` reach them (see core.audit.JobAudit)."""
+    job_audit = JobAudit(trainjob, jobset, runtime_now=runtime_now, jobs=jobs)
+    for pod in pods:
+        job_audit.see(pod)
+    return job_audit.result(jobset_after=jobset_after)
+
+
+def decide_findings(
+    trainjob: Mapping[str, Any],
+    jobset: Mapping[str, Any] | None,
+    *,
+    pods: Iterable[Mapping[str, Any]],
+) -> tuple[Finding, ...]:
+    """Every finding for a TrainJob, its JobSet (None if absent) and its pods."""
+    return decide_audit(trainjob, jobset, pods=pods)[0]

@@ -20,8 +20,6 @@ from dispatch_k8s.core.audit import (
     Observed,
     build_cause,
     decide_annotations,
-    decide_audit,
-    decide_findings,
     with_annotations,
 )
 from dispatch_k8s.core.wire import (
@@ -38,6 +36,8 @@ from tests.unit.audit_factories import (
     NAME,
     OTHER_UID,
     UID,
+    decide_audit,
+    decide_findings,
     jobset_dict,
     pod_dict,
     trainjob_dict,

@@ -13,7 +13,7 @@ from typing import Any, Final
 import pytest
 
 from dispatch_k8s.core import ownership
-from dispatch_k8s.core.audit import Finding, FindingKind, JobAudit, decide_audit
+from dispatch_k8s.core.audit import Finding, FindingKind, JobAudit
 from dispatch_k8s.core.errors import BadInput
 from dispatch_k8s.core.settings import AuditSettings, load_settings
 from dispatch_k8s.core.wire import (
@@ -24,7 +24,7 @@ from dispatch_k8s.core.wire import (
     JOBSET_NAME_KEY,
     RESTART_ATTEMPT_KEY,
 )
-from tests.unit.audit_factories import NAME, UID, jobset_dict, pod_dict, trainjob_dict
+from tests.unit.audit_factories import NAME, UID, decide_audit, jobset_dict, pod_dict, trainjob_dict
 
 TOKEN: Final = "job-7.3.1"
 JOB_UID: Final = "job-uid-node-0"

@@ -15,7 +15,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatch_k8s.core import audit, trainjob, workload
+from dispatch_k8s.core import trainjob, workload
 from dispatch_k8s.core.errors import BadInput
 from dispatch_k8s.core.request import StartRequest
 from dispatch_k8s.core.settings import (
@@ -26,7 +26,7 @@ from dispatch_k8s.core.settings import (
     TrainJobSettings,
     load_settings,
 )
-from tests.unit.audit_factories import jobset_dict, pod_dict, trainjob_dict
+from tests.unit.audit_factories import decide_audit, jobset_dict, pod_dict, trainjob_dict
 from tests.unit.fuzz import JSON_VALUES, leaf_paths, with_value
 from tests.unit.test_workload import CHECK, OWNER, workload_dict
 
@@ -150,7 +150,7 @@ def test_any_shape_the_audit_reads_gives_findings(part: str, data: st.DataObject
     objects = {"trainjob": TRAINJOB, "jobset": JOBSET, "pod": POD}
     where = data.draw(st.sampled_from(_read_parts(objects[part])))
     objects[part] = with_value(objects[part], where, data.draw(JSON_VALUES))
-    findings, _ = audit.decide_audit(objects["trainjob"], objects["jobset"], pods=[objects["pod"]])
+    findings, _ = decide_audit(objects["trainjob"], objects["jobset"], pods=[objects["pod"]])
     assert all("\n" not in str(finding) for finding in findings)
 
 

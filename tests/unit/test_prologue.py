@@ -11,9 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dispatch_k8s.core import wire
-from dispatch_k8s.core.identity import Counts, Identity, attempt_token, epoch
+from dispatch_k8s.core.identity import Counts, Identity
 from dispatch_k8s.core.prologue import EXIT_REFUSED, PROLOGUE, wrap_command
 from tests.shells import SHELLS, Shell, shell_argv0
+from tests.support.identity import attempt_token, epoch
 
 IDENTITY = Identity(job_id="job-1", generation=3, submission=7, attempt=2)
 # Prints what the job sees, one value per line, then each argument bracketed.

@@ -13,10 +13,11 @@ import pytest
 import yaml
 
 from dispatch_k8s.core import wire
-from dispatch_k8s.core.identity import Counts, Identity, attempt_token, epoch
+from dispatch_k8s.core.identity import Counts, Identity
 from dispatch_k8s.core.prologue import EXIT_REFUSED
 from tests.requests import request_flags
 from tests.shells import SHELLS, Shell, resolve_downward_env, shell_argv0
+from tests.support.identity import attempt_token, epoch
 
 REPO = Path(__file__).resolve().parents[2]
 TORCH_RUNTIME = REPO / "pipelines" / "runtimes" / "torch-distributed.yaml"

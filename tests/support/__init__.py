@@ -1,0 +1,1 @@
+"""What several suites share and no product code needs."""

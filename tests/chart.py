@@ -47,6 +47,7 @@ CHECK_NAME: Final = "__DISPATCH_CHECK__"
 REPLICAS: Final = "__DISPATCH_REPLICAS__"
 RESOURCES: Final = "__DISPATCH_RESOURCES__"
 NAMESPACES: Final = "__DISPATCH_NAMESPACES__"
+ON_REFUSAL: Final = "__DISPATCH_ON_REFUSAL__"
 
 HELPERS: Final = """\
 {{/* The step image: image.repository:image.tag, the tag by default the chart's appVersion. */}}
@@ -86,6 +87,10 @@ controller:
   # Gate the Workloads and audit the TrainJobs of these namespaces only (its --namespaces);
   # empty: every namespace.
   namespaces: []
+  # What a refused Workload's check is set to (its --on-refusal): reject (Kueue deactivates
+  # the Workload and frees its quota), retry (evicted, requeued a minute on), or wait
+  # (Pending, the quota held until a person acts).
+  onRefusal: reject
   resources:
 {resources}
 # all: every policy of pipelines/policies. guard-only: without the MutatingAdmissionPolicy,
@@ -148,6 +153,7 @@ def schema() -> dict[str, Any]:
                     {
                         "replicas": {"type": "integer", "minimum": 0},
                         "namespaces": {"type": "array", "items": {"type": "string"}},
+                        "onRefusal": {"enum": ["reject", "retry", "wait"]},
                         "resources": {"type": "object"},
                     }
                 ),
@@ -191,7 +197,11 @@ def _with_sentinels(value: Any, names: Mapping[str, str]) -> Any:
 def _controller_with_sentinels(deployment: Manifest) -> Manifest:
     spec = deployment["spec"]
     (container,) = spec["template"]["spec"]["containers"]
-    container = {**container, "args": [*container["args"], NAMESPACES], "resources": RESOURCES}
+    container = {
+        **container,
+        "args": [*container["args"], NAMESPACES, ON_REFUSAL],
+        "resources": RESOURCES,
+    }
     template = {**spec["template"], "spec": {**spec["template"]["spec"], "containers": [container]}}
     return {**deployment, "spec": {**spec, "replicas": REPLICAS, "template": template}}
 
@@ -222,10 +232,20 @@ def _template_text(objects: Sequence[Manifest]) -> str:
                 "{{- end }}\n"
             ),
         ),
+        (  # reject is the controller's own default: its flag is written only for the others
+            rf"(?m)^( *)- {ON_REFUSAL}\n",
+            lambda m: (
+                '{{- if ne .Values.controller.onRefusal "reject" }}\n'
+                f'{m[1]}- {{{{ printf "--on-refusal=%s" .Values.controller.onRefusal | quote }}}}\n'
+                "{{- end }}\n"
+            ),
+        ),
     ]
     for pattern, replacement in substitutions:
         text = re.sub(pattern, replacement, text)
-    left = [s for s in (IMAGE, CHECK_NAME, REPLICAS, RESOURCES, NAMESPACES) if s in text]
+    left = [
+        s for s in (IMAGE, CHECK_NAME, REPLICAS, RESOURCES, NAMESPACES, ON_REFUSAL) if s in text
+    ]
     assert not left, f"sentinels left in a template: {left}"
     return text
 

@@ -34,6 +34,7 @@ VALUES: Final = [
     *NAMES,
     "controller.replicas=3",
     "controller.namespaces={team-a,team-b}",
+    "controller.onRefusal=retry",
     "controller.resources.requests.cpu=200m",
     "controller.resources.limits.memory=1Gi",
 ]
@@ -49,6 +50,9 @@ patches:
       - op: add
         path: /spec/template/spec/containers/0/args/-
         value: --namespaces=team-a,team-b
+      - op: add
+        path: /spec/template/spec/containers/0/args/-
+        value: --on-refusal=retry
       - op: replace
         path: /spec/template/spec/containers/0/resources/requests/cpu
         value: 200m

@@ -5,13 +5,13 @@ that runs now and then cannot compare what it never saw (README: The audit). So 
 lists and watches the managed TrainJobs, the JobSets, the Jobs and the pods of its namespaces
 into a store (controller/store.py, as client-go's informers keep a cache); every change is
 mapped to its TrainJob and queued, and workers decide from the store with the pure functions
-`dispatch-audit` decides with (`core.auditing.audit_of`, `decide`). A pass that would write
+`dispatch-audit` decides with (`core.shell.auditing.audit_of`, `decide`). A pass that would write
 (J risen, an execution begun, a finding not yet flagged) is decided again from fresh reads of
-that TrainJob alone (`core.auditing.audit_read`), and its one update is preconditioned on the
+that TrainJob alone (`core.shell.auditing.audit_read`), and its one update is preconditioned on the
 TrainJob as read there: a watch that lags another can delay a finding, never make one. It
 never stops a job. Beyond what `dispatch-audit` finds, it compares each version of a TrainJob
 with the one it kept: a record that bounds R moved back is flagged and put back
-(core.erasure).
+(core.rules.erasure).
 
 Level-triggered like the gate: every resync queues every managed TrainJob again, and each
 list (at start, and after a watch that cannot go on) whatever changed or went since the last.
@@ -30,11 +30,12 @@ from loguru import logger
 from dispatch_k8s.controller import serve, store, streams
 from dispatch_k8s.controller.queue import WorkQueue
 from dispatch_k8s.controller.store import Key, own_key
-from dispatch_k8s.core import auditing, erasure, shapes, wire
-from dispatch_k8s.core.auditing import AuditOutcome, Erasures
-from dispatch_k8s.core.erasure import Erasure
-from dispatch_k8s.core.errors import DispatchError, NotFound, PreconditionFailed, Transient
-from dispatch_k8s.core.gateway import (
+from dispatch_k8s.core.rules import erasure, shapes, wire
+from dispatch_k8s.core.rules.erasure import Erasure
+from dispatch_k8s.core.rules.errors import DispatchError, NotFound, PreconditionFailed, Transient
+from dispatch_k8s.core.shell import auditing
+from dispatch_k8s.core.shell.auditing import AuditOutcome, Erasures
+from dispatch_k8s.core.shell.gateway import (
     JOB_RESOURCE,
     JOBSET_RESOURCE,
     POD_RESOURCE,
@@ -42,7 +43,7 @@ from dispatch_k8s.core.gateway import (
     Gateway,
     Resource,
 )
-from dispatch_k8s.core.settings import ControllerSettings
+from dispatch_k8s.core.shell.settings import ControllerSettings
 
 COMPONENT: Final = "admission-controller"  # the Events' source, as the gate's
 FIRST_BACKOFF: Final = 0.5  # seconds before a TrainJob the API server could not serve is tried
@@ -75,8 +76,8 @@ TRAINJOBS: Final = Stream(
 # JobSets carry no label of the TrainJob's (Trainer does not pass labels on from v2.2): all
 # are watched, and only those named for a managed TrainJob queue it.
 JOBSETS: Final = Stream("jobsets", JOBSET_RESOURCE, "", own_key)
-# Every Job and pod of the namespaces, not only those labelled: core.ownership claims one whose
-# label was removed by its owner or the trainer it runs.
+# Every Job and pod of the namespaces, not only those labelled: core.rules.ownership claims one
+# whose label was removed by its owner or the trainer it runs.
 JOBS: Final = Stream("jobs", JOB_RESOURCE, "", jobset_key)
 PODS: Final = Stream("pods", POD_RESOURCE, "", jobset_key)
 STREAMS: Final = (TRAINJOBS, JOBSETS, JOBS, PODS)
@@ -102,7 +103,7 @@ class Auditor:
         self._changed_at: dict[Key, float] = {}  # the first change not yet audited
         self._causes: dict[Key, str] = {}  # the findings last seen, so each is counted once
         self._failures: dict[Key, int] = {}
-        # Records seen moved back (core.erasure), by annotation, until a pass has written them.
+        # Records seen moved back (core.rules.erasure), by annotation, until a pass wrote them.
         self._erased: dict[Key, dict[str, Erasure]] = {}
         self._watched: dict[tuple[str, str | None], int] = {}
         self.store = store.Store()

@@ -1,4 +1,4 @@
-"""One replica acts: leader election on a Lease (core/lease.py has the rules)."""
+"""One replica acts: leader election on a Lease (core/rules/lease.py has the rules)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from typing import Any
 
 from loguru import logger
 
-from dispatch_k8s.core import clock, lease, shapes
-from dispatch_k8s.core.errors import DispatchError, Fenced, PreconditionFailed
-from dispatch_k8s.core.gateway import Gateway
+from dispatch_k8s.core.rules import lease, shapes
+from dispatch_k8s.core.rules.errors import DispatchError, Fenced, PreconditionFailed
+from dispatch_k8s.core.shell import clock
+from dispatch_k8s.core.shell.gateway import Gateway
 
 
 class Elector:

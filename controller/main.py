@@ -29,15 +29,16 @@ from dispatch_k8s.controller.leader import Elector
 from dispatch_k8s.controller.queue import WorkQueue
 from dispatch_k8s.controller.reconcile import Gatekeeper
 from dispatch_k8s.controller.threads import Supervisor
-from dispatch_k8s.core import clock, gate, output, workload
-from dispatch_k8s.core.errors import BadInput, DispatchError, Fenced
-from dispatch_k8s.core.gateway import (
+from dispatch_k8s.core.rules import gate, workload
+from dispatch_k8s.core.rules.errors import BadInput, DispatchError, Fenced
+from dispatch_k8s.core.shell import clock, output
+from dispatch_k8s.core.shell.gateway import (
     ADMISSION_CHECK_RESOURCE,
     WORKLOAD_RESOURCE,
     Gateway,
     Resource,
 )
-from dispatch_k8s.core.settings import ControllerSettings, load_settings
+from dispatch_k8s.core.shell.settings import ControllerSettings, load_settings
 
 PROG: Final = "dispatch-admission-controller"
 RELIST_BACKOFF: Final = streams.RELIST_BACKOFF

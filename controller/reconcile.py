@@ -16,11 +16,12 @@ from typing import Any, Final, Literal
 from loguru import logger
 
 from dispatch_k8s.controller import serve
-from dispatch_k8s.core import clock, events, gate, trainjob, workload
-from dispatch_k8s.core.errors import DispatchError, NotFound, PreconditionFailed, Transient
-from dispatch_k8s.core.gateway import Gateway
-from dispatch_k8s.core.trainjob import Draining, Refusal, ResourceVersion
-from dispatch_k8s.core.workload import Reservation
+from dispatch_k8s.core.rules import events, gate, trainjob, workload
+from dispatch_k8s.core.rules.errors import DispatchError, NotFound, PreconditionFailed, Transient
+from dispatch_k8s.core.rules.trainjob import Draining, Refusal, ResourceVersion
+from dispatch_k8s.core.rules.workload import Reservation
+from dispatch_k8s.core.shell import clock
+from dispatch_k8s.core.shell.gateway import Gateway
 
 COMPONENT: Final = "admission-controller"
 REFUSED: Final = "AdmissionRefused"

@@ -2,9 +2,10 @@
 
 As client-go's informers keep a cache, so an audit pass reads memory, not the API server: a
 change to one pod costs the audit of its TrainJob, whatever the namespace holds. Jobs and pods
-are indexed by each mark core.ownership claims them by (the JobSet's label, an owner's UID, the
-trainer's token), so a TrainJob's are found in a few lookups and a removed label hides none.
-Objects are kept trimmed (core.audit.job_as_audited, pod_as_audited).
+are indexed by each mark core.rules.ownership claims them by (the JobSet's label, an owner's
+UID, the trainer's token), so a TrainJob's are found in a few lookups and a removed label hides
+none.
+Objects are kept trimmed (core.rules.audit.job_as_audited, pod_as_audited).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from dispatch_k8s.core import audit, ownership, shapes, wire
+from dispatch_k8s.core.rules import audit, ownership, shapes, wire
 
 Key = tuple[str, str]  # an object's namespace and name: a TrainJob's is its JobSet's
 Mark = tuple[str, str, str]  # (namespace, which mark, its value)
@@ -41,7 +42,7 @@ def own_key(obj: Mapping[str, Any]) -> Key | None:
 
 
 def _marks(kind: str, namespace: str, obj: Mapping[str, Any]) -> set[Mark]:
-    """The marks a Job or pod can be claimed by (core.ownership.Claims reads the same)."""
+    """The marks a Job or pod can be claimed by (core.rules.ownership.Claims reads the same)."""
     labels = shapes.labels_of(obj)
     found = {(namespace, "uid", uid) for uid in ownership.owner_uids(obj)}
     name = labels.get(wire.JOBSET_NAME_KEY)

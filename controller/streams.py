@@ -12,8 +12,8 @@ from typing import Any, Final
 
 from loguru import logger
 
-from dispatch_k8s.core.errors import DispatchError, Expired
-from dispatch_k8s.core.gateway import Gateway, Resource
+from dispatch_k8s.core.rules.errors import DispatchError, Expired
+from dispatch_k8s.core.shell.gateway import Gateway, Resource
 
 RELIST_BACKOFF: Final = 2.0  # seconds after a failed list or watch
 LISTING: Final = "LISTING"  # a list begins: the items after it are the whole collection

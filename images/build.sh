@@ -41,7 +41,8 @@ for link in "$repo"/dispatch_k8s/*; do
   [[ -L $link ]] || continue  # the links are the packages (not __init__.py, __pycache__)
   package=$(basename "$link")
   mkdir -p "$context/src/dispatch_k8s/$package"
-  cp "$repo/$package"/*.py "$context/src/dispatch_k8s/$package/"
+  # Its Python files only, subpackages too (core/rules, core/shell), no __pycache__.
+  (cd "$repo/$package" && find . -name '*.py' -exec cp --parents {} "$context/src/dispatch_k8s/$package/" \;)
 done
 echo "build.sh: building the dispatch-k8s $version wheel" >&2
 # Fixed zip timestamps: the same sources give the same wheel, so docker's layer cache holds.

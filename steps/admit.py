@@ -8,10 +8,11 @@ from typing import Any
 
 from loguru import logger
 
-from dispatch_k8s.core import events, output, trainjob, wire, workload
-from dispatch_k8s.core.errors import PreconditionFailed, Refused, Transient
-from dispatch_k8s.core.gateway import Gateway
-from dispatch_k8s.core.settings import AdmitSettings
+from dispatch_k8s.core.rules import events, trainjob, wire, workload
+from dispatch_k8s.core.rules.errors import PreconditionFailed, Refused, Transient
+from dispatch_k8s.core.shell import output
+from dispatch_k8s.core.shell.gateway import Gateway
+from dispatch_k8s.core.shell.settings import AdmitSettings
 
 
 def _reservation_among(

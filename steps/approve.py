@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from loguru import logger
 
-from dispatch_k8s.core import clock, output, trainjob, workload
-from dispatch_k8s.core.errors import PreconditionFailed, Refused
-from dispatch_k8s.core.gateway import Gateway
-from dispatch_k8s.core.settings import ApproveSettings
+from dispatch_k8s.core.rules import trainjob, workload
+from dispatch_k8s.core.rules.errors import PreconditionFailed, Refused
+from dispatch_k8s.core.shell import clock, output
+from dispatch_k8s.core.shell.gateway import Gateway
+from dispatch_k8s.core.shell.settings import ApproveSettings
 
 
 def run(settings: ApproveSettings) -> output.Result:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dispatch_k8s.core import output, wire
-from dispatch_k8s.core.auditing import AuditOutcome, audit_namespace, audit_trainjob
-from dispatch_k8s.core.errors import DispatchError, Foreign
-from dispatch_k8s.core.gateway import Gateway
-from dispatch_k8s.core.settings import AuditSettings
+from dispatch_k8s.core.rules import wire
+from dispatch_k8s.core.rules.errors import DispatchError, Foreign
+from dispatch_k8s.core.shell import output
+from dispatch_k8s.core.shell.auditing import AuditOutcome, audit_namespace, audit_trainjob
+from dispatch_k8s.core.shell.gateway import Gateway
+from dispatch_k8s.core.shell.settings import AuditSettings
 
 
 def run(settings: AuditSettings) -> output.Result | output.Report:

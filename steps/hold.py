@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from loguru import logger
 
-from dispatch_k8s.core import output, trainjob
-from dispatch_k8s.core.errors import Refused
-from dispatch_k8s.core.gateway import Gateway
-from dispatch_k8s.core.settings import TrainJobSettings
+from dispatch_k8s.core.rules import trainjob
+from dispatch_k8s.core.rules.errors import Refused
+from dispatch_k8s.core.shell import output
+from dispatch_k8s.core.shell.gateway import Gateway
+from dispatch_k8s.core.shell.settings import TrainJobSettings
 
 
 def run(settings: TrainJobSettings) -> output.Result:

@@ -7,11 +7,12 @@ from typing import Any, Final
 
 from loguru import logger
 
-from dispatch_k8s.core import ledger, output, runtime, trainjob, wire
-from dispatch_k8s.core.errors import BadInput, PreconditionFailed, Refused
-from dispatch_k8s.core.gateway import Gateway
-from dispatch_k8s.core.request import StartRequest
-from dispatch_k8s.core.settings import StartSettings, read_document
+from dispatch_k8s.core.rules import ledger, runtime, trainjob, wire
+from dispatch_k8s.core.rules.errors import BadInput, PreconditionFailed, Refused
+from dispatch_k8s.core.rules.request import StartRequest
+from dispatch_k8s.core.shell import output
+from dispatch_k8s.core.shell.gateway import Gateway
+from dispatch_k8s.core.shell.settings import StartSettings, read_document
 
 # Three creates at most (claim, TrainJob, record), then done: more rounds mean records are
 # being deleted as start makes them.
@@ -63,7 +64,7 @@ def _create(gateway: Gateway, wanted: Mapping[str, Any]) -> tuple[Mapping[str, A
     """Claim the identity, create the TrainJob, record it: each create once, as decided.
 
     Reads come in the order of the creates, so a start running beside another one sees a
-    prefix of its creates and carries on from there (core/ledger.py). A create that finds its
+    prefix of its creates and carries on from there (core/rules/ledger.py). A create that finds its
     object already made (by that other start) reads it and decides again.
     """
     meta = wanted["metadata"]

@@ -22,7 +22,7 @@ from typing import Final
 
 from kubernetes import client, config
 
-from dispatch_k8s.core.identity import Identity
+from dispatch_k8s.core.rules.identity import Identity
 from tests.cluster.harness import ControlPlane
 from tests.images.engine import BUSYBOX
 from tests.integration.lifecycle import (

@@ -9,7 +9,7 @@ from typing import Any, Final
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dispatch_k8s.core import wire
+from dispatch_k8s.core.rules import wire
 from tests.wait import wait_until
 
 KUEUE: Final = (wire.KUEUE_GROUP, wire.KUEUE_VERSION)

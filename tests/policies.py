@@ -30,7 +30,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dispatch_k8s.core import wire
+from dispatch_k8s.core.rules import wire
 from tests.cluster.harness import CONTROLLER_USERS, KCM_USER
 from tests.pipelines import kube
 from tests.requests import trainjob_body

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dispatch_k8s.core import trainjob
-from dispatch_k8s.core.request import StartRequest
+from dispatch_k8s.core.rules import trainjob
+from dispatch_k8s.core.rules.request import StartRequest
 
 
 def request_flags(

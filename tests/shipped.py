@@ -11,7 +11,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dispatch_k8s.core import wire
+from dispatch_k8s.core.rules import wire
 
 REPO: Final = Path(__file__).resolve().parents[1]
 PIPELINES: Final = REPO / "pipelines"

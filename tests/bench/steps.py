@@ -36,7 +36,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from dispatch_k8s.core import trainjob, wire
+from dispatch_k8s.core.rules import trainjob, wire
 from tests.cluster import binaries
 from tests.requests import trainjob_body
 from tests.wait import wait_until

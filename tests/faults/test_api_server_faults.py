@@ -16,8 +16,8 @@ from typing import Any, Final
 import pytest
 from kubernetes import client
 
-from dispatch_k8s.core import trainjob, wire
-from dispatch_k8s.core.gateway import ATTEMPTS, REQUEST_TIMEOUT
+from dispatch_k8s.core.rules import trainjob, wire
+from dispatch_k8s.core.shell.gateway import ATTEMPTS, REQUEST_TIMEOUT
 from tests.cluster.harness import ControlPlane
 from tests.conftest import Cluster
 from tests.faults.write_dropper import dropping_a_write
@@ -282,7 +282,7 @@ def test_a_start_whose_claim_answer_is_lost_is_75_and_a_rerun_creates_the_trainj
 ) -> None:
     """start's first write is the ledger's claim of the identity: its answer lost, nothing
     else is sent; the claim without the record that a TrainJob was created lets the same
-    request go on, so the rerun creates the TrainJob (core/ledger.py)."""
+    request go on, so the rerun creates the TrainJob (core/rules/ledger.py)."""
     request = start_args(namespace, torch_runtime, "lost-claim")
     pki = plane.run_dir / "pki"
     with dropping_a_write(plane.kubeconfig, pki, tmp_path, forward_write=True) as (

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from dispatch_k8s.core import wire
-from dispatch_k8s.core.errors import Fenced
+from dispatch_k8s.core.rules import wire
+from dispatch_k8s.core.rules.errors import Fenced
 from tests.cluster.harness import ControlPlane
 from tests.integration.conftest import Step, start_queued
 from tests.integration.controller import admitted, replicas

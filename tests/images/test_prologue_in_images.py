@@ -17,9 +17,9 @@ from typing import Any, Final
 import docker.errors  # type: ignore[import-untyped]  # docker-py ships no type hints
 import pytest
 
-from dispatch_k8s.core import wire
-from dispatch_k8s.core.identity import Counts, Identity
-from dispatch_k8s.core.prologue import EXIT_REFUSED
+from dispatch_k8s.core.rules import wire
+from dispatch_k8s.core.rules.identity import Counts, Identity
+from dispatch_k8s.core.rules.prologue import EXIT_REFUSED
 from tests.images.containers import Mount, container, run_container
 from tests.shells import resolve_downward_env
 from tests.shipped import RUNTIMES

@@ -16,7 +16,8 @@ from typing import Any, Final
 import pytest
 from kubernetes import client
 
-from dispatch_k8s.core import output, wire
+from dispatch_k8s.core.rules import wire
+from dispatch_k8s.core.shell import output
 from tests.images import engine
 from tests.images.containers import ContainerRun, Mount, run_container
 from tests.pipelines import cli

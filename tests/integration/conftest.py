@@ -12,7 +12,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dispatch_k8s.core import wire
+from dispatch_k8s.core.rules import wire
 from tests.conftest import Cluster
 from tests.integration.lifecycle import DEADLINE, Kubelet, StepRun, admit_and_approve, run_step
 from tests.integration.team import team_member

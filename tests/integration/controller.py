@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from kubernetes import client
 
-from dispatch_k8s.core import wire
+from dispatch_k8s.core.rules import wire
 from tests.cluster.process import free_ports
 from tests.integration.lifecycle import BIN, DEADLINE, TRAINER
 from tests.kueue_objects import KUEUE, KueueSetup, condition

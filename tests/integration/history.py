@@ -11,7 +11,7 @@ from typing import Any
 
 from kubernetes import client, watch
 
-from dispatch_k8s.core import wire
+from dispatch_k8s.core.rules import wire
 from tests.integration.lifecycle import TRAINER, as_dict
 from tests.kueue_objects import KUEUE
 

@@ -18,8 +18,8 @@ from typing import Any, Final
 
 from kubernetes import client
 
-from dispatch_k8s.core import wire
-from dispatch_k8s.core.errors import PreconditionFailed
+from dispatch_k8s.core.rules import wire
+from dispatch_k8s.core.rules.errors import PreconditionFailed
 from tests.shells import resolve_downward_env
 from tests.wait import wait_until
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dispatch_k8s.core import wire
+from dispatch_k8s.core.rules import wire
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args
 from tests.integration.lifecycle import (

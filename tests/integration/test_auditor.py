@@ -16,7 +16,7 @@ from typing import Any, Final
 import pytest
 from kubernetes import client
 
-from dispatch_k8s.core import events, wire
+from dispatch_k8s.core.rules import events, wire
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args
 from tests.integration.controller import replicas
@@ -393,7 +393,7 @@ def test_a_running_trainjob_takes_no_spec_change_but_its_deadline(
     custom: client.CustomObjectsApi,
     member: client.CustomObjectsApi,
 ) -> None:
-    """What core/opening.py rests on: on a running TrainJob only an opening moves the
+    """What core/rules/opening.py rests on: on a running TrainJob only an opening moves the
     generation, and setting or removing activeDeadlineSeconds, which the rule cannot tell
     from one (it flags it: on expiry Trainer deletes the JobSet, and J begins again)."""
     name = opened(step, kubelet, namespace, torch_runtime, "frozen")

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from kubernetes import client
 
-from dispatch_k8s.core import wire
+from dispatch_k8s.core.rules import wire
 from tests.integration.conftest import Step, start_args, with_policies
 from tests.integration.lifecycle import DEADLINE, TRAINER, Kubelet, admit_and_approve, read_trainjob
 from tests.kueue_objects import KUEUE, KueueSetup, condition

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from dispatch_k8s.core import wire
-from dispatch_k8s.core.workload import evictions
+from dispatch_k8s.core.rules import wire
+from dispatch_k8s.core.rules.workload import evictions
 from tests.integration.conftest import Step, start_args, start_queued, with_policies
 from tests.integration.lifecycle import DEADLINE, Kubelet, admit_and_approve, read_trainjob
 from tests.kueue_objects import KueueSetup, condition

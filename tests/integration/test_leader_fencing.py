@@ -17,7 +17,7 @@ from typing import Any, Final
 import pytest
 from kubernetes import client
 
-from dispatch_k8s.core import wire
+from dispatch_k8s.core.rules import wire
 from tests.cluster.harness import ControlPlane
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args

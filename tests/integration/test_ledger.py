@@ -13,9 +13,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dispatch_k8s.core import ledger, runtime, trainjob, wire
-from dispatch_k8s.core.gateway import Gateway
-from dispatch_k8s.core.request import StartRequest
+from dispatch_k8s.core.rules import ledger, runtime, trainjob, wire
+from dispatch_k8s.core.rules.request import StartRequest
+from dispatch_k8s.core.shell.gateway import Gateway
 from dispatch_k8s.steps import start
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args

@@ -25,7 +25,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dispatch_k8s.core import wire
+from dispatch_k8s.core.rules import wire
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args
 from tests.integration.lifecycle import (
@@ -45,7 +45,7 @@ from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration
 OTHER_MANAGER: Final = "example.com/other"
-# What the audit records of an execution (core/audit.py Execution.text).
+# What the audit records of an execution (core/rules/audit.py Execution.text).
 RECORDED: Final = {"pod": "uid-of-the-first", "r": 3, "slot": "node/0/0"}
 
 

@@ -9,9 +9,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dispatch_k8s.core import trainjob, wire
-from dispatch_k8s.core.errors import PreconditionFailed
-from dispatch_k8s.core.gateway import Gateway
+from dispatch_k8s.core.rules import trainjob, wire
+from dispatch_k8s.core.rules.errors import PreconditionFailed
+from dispatch_k8s.core.shell.gateway import Gateway
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args
 from tests.integration.lifecycle import TRAINER, content, read_trainjob, settled

@@ -13,8 +13,8 @@ import pytest
 from kubernetes import client, watch
 
 from dispatch_k8s.controller.reconcile import Gatekeeper
-from dispatch_k8s.core import wire
-from dispatch_k8s.core.gateway import Gateway
+from dispatch_k8s.core.rules import wire
+from dispatch_k8s.core.shell.gateway import Gateway
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_queued
 from tests.integration.controller import replicas

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from dispatch_k8s.core import wire
+from dispatch_k8s.core.rules import wire
 from tests.integration.conftest import Step, start_args
 from tests.integration.lifecycle import (
     DEADLINE,

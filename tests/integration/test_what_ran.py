@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from dispatch_k8s.core import wire
+from dispatch_k8s.core.rules import wire
 from tests.integration.conftest import Step, start_args
 from tests.integration.lifecycle import DEADLINE, TRAINER, Kubelet, StepRun, run_stage
 from tests.requests import trainjob_body

@@ -13,8 +13,8 @@ from urllib.parse import urlsplit
 import yaml
 from kubernetes import client
 
-from dispatch_k8s.core import wire
-from dispatch_k8s.core.identity import Counts, Identity
+from dispatch_k8s.core.rules import wire
+from dispatch_k8s.core.rules.identity import Counts, Identity
 from tests.cluster.engines import loopback_api_env
 from tests.cluster.node import TOLERATION
 from tests.cluster.process import LOOPBACK

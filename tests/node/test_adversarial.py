@@ -126,7 +126,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dispatch_k8s.core import wire
+from dispatch_k8s.core.rules import wire
 from tests.conftest import Cluster
 from tests.integration.conftest import Step
 from tests.integration.controller import replicas

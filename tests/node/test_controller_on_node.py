@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from dispatch_k8s.core import wire
+from dispatch_k8s.core.rules import wire
 from tests.cluster.process import free_ports
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_queued

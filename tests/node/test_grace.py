@@ -11,7 +11,7 @@ from typing import Any, Final
 import pytest
 from kubernetes import client
 
-from dispatch_k8s.core import wire
+from dispatch_k8s.core.rules import wire
 from tests.integration.conftest import Step
 from tests.integration.lifecycle import StepRun, run_stage
 from tests.node.executions import (

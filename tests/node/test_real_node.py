@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from dispatch_k8s.core import wire
+from dispatch_k8s.core.rules import wire
 from tests.images.engine import BUSYBOX
 from tests.integration.conftest import Step
 from tests.integration.lifecycle import read_trainjob, run_stage, wait_for_drained_jobset

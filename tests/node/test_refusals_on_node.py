@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dispatch_k8s.core import wire
+from dispatch_k8s.core.rules import wire
 from tests.integration.conftest import Step
 from tests.integration.lifecycle import edit_trainjob, run_stage
 from tests.node.executions import DEADLINE, SHOW, pods, start_flags

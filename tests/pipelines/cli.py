@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Final, get_type_hints
 
-from dispatch_k8s.core.settings import StartSettings, StepSettings, load_settings
+from dispatch_k8s.core.shell.settings import StartSettings, StepSettings, load_settings
 from tests.pipelines.render import Invocation
 from tests.shipped import REPO
 

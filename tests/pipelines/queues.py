@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from kubernetes import client
 
-from dispatch_k8s.core import wire
+from dispatch_k8s.core.rules import wire
 from tests.pipelines import kube
 from tests.shipped import PIPELINES, Manifest, documents
 from tests.wait import wait_until

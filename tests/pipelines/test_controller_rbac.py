@@ -21,8 +21,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dispatch_k8s.core import events, wire
-from dispatch_k8s.core.settings import ControllerSettings, load_settings
+from dispatch_k8s.core.rules import events, wire
+from dispatch_k8s.core.shell.settings import ControllerSettings, load_settings
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args, start_queued
 from tests.integration.controller import admitted, replicas

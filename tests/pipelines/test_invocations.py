@@ -13,8 +13,8 @@ from typing import Any, Final
 import pytest
 import yaml
 
-from dispatch_k8s.core.errors import BadInput
-from dispatch_k8s.core.settings import StartSettings, TrainJobSettings
+from dispatch_k8s.core.rules.errors import BadInput
+from dispatch_k8s.core.shell.settings import StartSettings, TrainJobSettings
 from tests.pipelines import cli, render
 from tests.pipelines.render import ARGO_OUTPUTS, SAMPLE_NAMESPACE, TEKTON_RESULTS, Invocation
 from tests.shipped import default_image, manifest_files

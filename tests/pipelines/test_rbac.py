@@ -22,7 +22,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dispatch_k8s.core import output, wire
+from dispatch_k8s.core.rules import wire
+from dispatch_k8s.core.shell import output
 from tests.conftest import Cluster
 from tests.pipelines import render
 from tests.pipelines.identity import (

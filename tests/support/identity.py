@@ -1,12 +1,12 @@
 """What the prologue must print, written as the formulas: the tests' expected values.
 
 The product never computes these in Python: the prologue does, in the pod's shell, from A and
-J (core/prologue.py). The suites compare what it printed with these.
+J (core/rules/prologue.py). The suites compare what it printed with these.
 """
 
 from __future__ import annotations
 
-from dispatch_k8s.core.identity import MAX_R, Counts, Identity, IdentityError
+from dispatch_k8s.core.rules.identity import MAX_R, Counts, Identity, IdentityError
 
 
 def check_r(counts: Counts) -> int:

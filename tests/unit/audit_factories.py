@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from dispatch_k8s.core.audit import UNREAD, Finding, JobAudit, Observed, Unread
-from dispatch_k8s.core.trainjob import build_runtime_patch
-from dispatch_k8s.core.wire import (
+from dispatch_k8s.core.rules.audit import UNREAD, Finding, JobAudit, Observed, Unread
+from dispatch_k8s.core.rules.trainjob import build_runtime_patch
+from dispatch_k8s.core.rules.wire import (
     ADMISSION_ANNOTATION,
     ADMISSION_FLOOR_ANNOTATION,
     COMPLETION_INDEX_KEY,
@@ -131,8 +131,8 @@ def decide_audit(
     jobs: Iterable[Mapping[str, Any]] = (),
     jobset_after: Mapping[str, Any] | None = None,
 ) -> tuple[tuple[Finding, ...], Observed]:
-    """The findings and what was observed, from one pass over `pods`, as core.auditing's
-    `audit_of` and `decide` reach them (see core.audit.JobAudit)."""
+    """The findings and what was observed, from one pass over `pods`, as core.shell.auditing's
+    `audit_of` and `decide` reach them (see core.rules.audit.JobAudit)."""
     job_audit = JobAudit(trainjob, jobset, runtime_now=runtime_now, jobs=jobs)
     for pod in pods:
         job_audit.see(pod)

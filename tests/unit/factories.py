@@ -5,7 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dispatch_k8s.core.wire import ALLOW_RANK_RESTART_ANNOTATION, ANCESTOR_LABEL, ANCESTOR_TRAINER
+from dispatch_k8s.core.rules.wire import (
+    ALLOW_RANK_RESTART_ANNOTATION,
+    ANCESTOR_LABEL,
+    ANCESTOR_TRAINER,
+)
 
 
 def container_dict(name: str = "node", **fields: Any) -> dict[str, Any]:

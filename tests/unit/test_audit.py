@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatch_k8s.core.audit import (
+from dispatch_k8s.core.rules.audit import (
     CAUSE_SEPARATOR,
     MAX_CAUSE_CHARS,
     Execution,
@@ -22,7 +22,7 @@ from dispatch_k8s.core.audit import (
     decide_annotations,
     with_annotations,
 )
-from dispatch_k8s.core.wire import (
+from dispatch_k8s.core.rules.wire import (
     ADMISSION_ANNOTATION,
     ADMISSION_FLOOR_ANNOTATION,
     FOREIGN,

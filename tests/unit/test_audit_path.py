@@ -12,11 +12,10 @@ from typing import Any, Final
 
 import pytest
 
-from dispatch_k8s.core import ownership
-from dispatch_k8s.core.audit import Finding, FindingKind, JobAudit
-from dispatch_k8s.core.errors import BadInput
-from dispatch_k8s.core.settings import AuditSettings, load_settings
-from dispatch_k8s.core.wire import (
+from dispatch_k8s.core.rules import ownership
+from dispatch_k8s.core.rules.audit import Finding, FindingKind, JobAudit
+from dispatch_k8s.core.rules.errors import BadInput
+from dispatch_k8s.core.rules.wire import (
     ADMISSION_ANNOTATION,
     ANCESTOR_LABEL,
     ENV_TOKEN_PREFIX,
@@ -24,6 +23,7 @@ from dispatch_k8s.core.wire import (
     JOBSET_NAME_KEY,
     RESTART_ATTEMPT_KEY,
 )
+from dispatch_k8s.core.shell.settings import AuditSettings, load_settings
 from tests.unit.audit_factories import NAME, UID, decide_audit, jobset_dict, pod_dict, trainjob_dict
 
 TOKEN: Final = "job-7.3.1"

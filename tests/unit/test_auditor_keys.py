@@ -16,7 +16,7 @@ from dispatch_k8s.controller.auditor import (
     jobset_key,
 )
 from dispatch_k8s.controller.store import own_key
-from dispatch_k8s.core.wire import JOBSET_NAME_KEY
+from dispatch_k8s.core.rules.wire import JOBSET_NAME_KEY
 
 
 def obj(**metadata: Any) -> dict[str, Any]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from dispatch_k8s.controller.store import JOBS, JOBSETS, PODS, TRAINJOBS, Store
-from dispatch_k8s.core import audit, auditing, ownership, wire
+from dispatch_k8s.core.rules import audit, ownership, wire
+from dispatch_k8s.core.shell import auditing
 from tests.unit.audit_factories import NAME, UID, jobset_dict, pod_dict, trainjob_dict
 
 KEY = ("team-a", NAME)

@@ -1,5 +1,5 @@
-"""A record that bounds R moved back, from two versions of one TrainJob (core/erasure.py), and
-the audit's decision given it (core/auditing.py `decide`)."""
+"""A record that bounds R moved back, from two versions of one TrainJob (core/rules/erasure.py), and
+the audit's decision given it (core/shell/auditing.py `decide`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatch_k8s.core import audit, auditing, erasure, trainjob, wire
-from dispatch_k8s.core.audit import Execution, FindingKind
+from dispatch_k8s.core.rules import audit, erasure, trainjob, wire
+from dispatch_k8s.core.rules.audit import Execution, FindingKind
+from dispatch_k8s.core.shell import auditing
 from tests.unit.audit_factories import UID, jobset_dict, pod_dict, trainjob_dict
 
 TRAINJOB_UID: Final = "7d444840-9dc0-11d1-b245-5ffdce74fad2"

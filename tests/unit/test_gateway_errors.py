@@ -17,8 +17,7 @@ import urllib3
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from dispatch_k8s.core import gateway
-from dispatch_k8s.core.errors import (
+from dispatch_k8s.core.rules.errors import (
     DispatchError,
     Forbidden,
     NotFound,
@@ -26,6 +25,7 @@ from dispatch_k8s.core.errors import (
     Refused,
     Transient,
 )
+from dispatch_k8s.core.shell import gateway
 
 BIN = Path(sys.executable).parent
 
@@ -130,7 +130,7 @@ def test_reads_are_retried_and_writes_only_where_nothing_was_applied(
 @pytest.fixture
 def no_backoff(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     slept: list[float] = []
-    monkeypatch.setattr("dispatch_k8s.core.gateway.time.sleep", slept.append)
+    monkeypatch.setattr("dispatch_k8s.core.shell.gateway.time.sleep", slept.append)
     return slept
 
 

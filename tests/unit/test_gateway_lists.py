@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatch_k8s.core import gateway
-from dispatch_k8s.core.gateway import iter_list_items
+from dispatch_k8s.core.shell import gateway
+from dispatch_k8s.core.shell.gateway import iter_list_items
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),

@@ -17,10 +17,10 @@ from typing import Final, get_type_hints
 import pytest
 import yaml
 
-from dispatch_k8s.core import errors
-from dispatch_k8s.core.errors import BadInput
-from dispatch_k8s.core.gateway import Gateway
-from dispatch_k8s.core.settings import ClusterSettings, env_name, flag_name, load_settings
+from dispatch_k8s.core.rules import errors
+from dispatch_k8s.core.rules.errors import BadInput
+from dispatch_k8s.core.shell.gateway import Gateway
+from dispatch_k8s.core.shell.settings import ClusterSettings, env_name, flag_name, load_settings
 
 REPO: Final = Path(__file__).resolve().parents[2]
 BIN: Final = Path(sys.executable).parent

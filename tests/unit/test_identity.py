@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatch_k8s.core.identity import (
+from dispatch_k8s.core.rules.identity import (
     INT64_MAX,
     Counts,
     Identity,

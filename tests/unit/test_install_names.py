@@ -87,8 +87,8 @@ def test_it_installs_beside_other_core_and_steps_packages(wheel: Path, tmp_path:
         check=True,
     )
     probe = (
-        "import core, steps, dispatch_k8s.core.identity, dispatch_k8s.steps.hold;"
-        "print(core.WHOSE, steps.WHOSE, dispatch_k8s.core.identity.__name__)"
+        "import core, steps, dispatch_k8s.core.rules.identity, dispatch_k8s.steps.hold;"
+        "print(core.WHOSE, steps.WHOSE, dispatch_k8s.core.rules.identity.__name__)"
     )
     # Run outside the checkout, whose own core/ and steps/ would come first on sys.path.
     ran = subprocess.run(
@@ -98,7 +98,9 @@ def test_it_installs_beside_other_core_and_steps_packages(wheel: Path, tmp_path:
         check=True,
         cwd=tmp_path,
     )
-    assert ran.stdout.split("\n")[0] == "another core another steps dispatch_k8s.core.identity"
+    assert (
+        ran.stdout.split("\n")[0] == "another core another steps dispatch_k8s.core.rules.identity"
+    )
     version = subprocess.run(
         [env / "bin" / "dispatch-hold", "--version"], capture_output=True, text=True, check=True
     )

@@ -11,8 +11,8 @@ from typing import Any, cast
 import pytest
 
 from dispatch_k8s.controller.leader import Elector
-from dispatch_k8s.core.errors import Fenced, Transient
-from dispatch_k8s.core.gateway import Gateway
+from dispatch_k8s.core.rules.errors import Fenced, Transient
+from dispatch_k8s.core.shell.gateway import Gateway
 
 LEASE_SECONDS = 15  # renew deadline 10 s, retry period 3 s
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dispatch_k8s.core import lease
+from dispatch_k8s.core.rules import lease
 
 NOW = "2026-12-01T10:00:00.000000Z"
 LATER = "2026-12-01T10:00:05.000000Z"

@@ -1,4 +1,4 @@
-"""An opening that no raise covers, from the TrainJob alone (core/opening.py)."""
+"""An opening that no raise covers, from the TrainJob alone (core/rules/opening.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatch_k8s.core.audit import FindingKind
-from dispatch_k8s.core.opening import decide_unraised_opening
-from dispatch_k8s.core.wire import OPEN_UNTIL_GENERATION_ANNOTATION
+from dispatch_k8s.core.rules.audit import FindingKind
+from dispatch_k8s.core.rules.opening import decide_unraised_opening
+from dispatch_k8s.core.rules.wire import OPEN_UNTIL_GENERATION_ANNOTATION
 
 UNTIL = OPEN_UNTIL_GENERATION_ANNOTATION
 

@@ -15,10 +15,10 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatch_k8s.core import trainjob, workload
-from dispatch_k8s.core.errors import BadInput
-from dispatch_k8s.core.request import StartRequest
-from dispatch_k8s.core.settings import (
+from dispatch_k8s.core.rules import trainjob, workload
+from dispatch_k8s.core.rules.errors import BadInput
+from dispatch_k8s.core.rules.request import StartRequest
+from dispatch_k8s.core.shell.settings import (
     AdmitSettings,
     ApproveSettings,
     StartSettings,

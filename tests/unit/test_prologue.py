@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dispatch_k8s.core import wire
-from dispatch_k8s.core.identity import Counts, Identity
-from dispatch_k8s.core.prologue import EXIT_REFUSED, PROLOGUE, wrap_command
+from dispatch_k8s.core.rules import wire
+from dispatch_k8s.core.rules.identity import Counts, Identity
+from dispatch_k8s.core.rules.prologue import EXIT_REFUSED, PROLOGUE, wrap_command
 from tests.shells import SHELLS, Shell, shell_argv0
 from tests.support.identity import attempt_token, epoch
 

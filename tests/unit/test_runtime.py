@@ -12,14 +12,14 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatch_k8s.core.runtime import (
+from dispatch_k8s.core.rules.runtime import (
     MECHANISMS,
     Violation,
     build_refusal,
     decide_violations,
     trainer_job_name,
 )
-from dispatch_k8s.core.wire import ALLOW_RANK_RESTART_ANNOTATION, ALLOW_RESTARTS_ANNOTATION
+from dispatch_k8s.core.rules.wire import ALLOW_RANK_RESTART_ANNOTATION, ALLOW_RESTARTS_ANNOTATION
 from tests.unit.factories import (
     container_dict,
     mpi_runtime_dict,

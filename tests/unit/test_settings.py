@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dispatch_k8s.core.errors import BadInput
-from dispatch_k8s.core.settings import StartSettings, load_settings, take_verbatim
+from dispatch_k8s.core.rules.errors import BadInput
+from dispatch_k8s.core.shell.settings import StartSettings, load_settings, take_verbatim
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
-from dispatch_k8s.core import wire
-from dispatch_k8s.core.identity import Counts, Identity
-from dispatch_k8s.core.prologue import EXIT_REFUSED
+from dispatch_k8s.core.rules import wire
+from dispatch_k8s.core.rules.identity import Counts, Identity
+from dispatch_k8s.core.rules.prologue import EXIT_REFUSED
 from tests.requests import request_flags
 from tests.shells import SHELLS, Shell, resolve_downward_env, shell_argv0
 from tests.support.identity import attempt_token, epoch

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from dispatch_k8s.controller import streams
-from dispatch_k8s.core.errors import Expired
-from dispatch_k8s.core.gateway import POD_RESOURCE, Resource
+from dispatch_k8s.core.rules.errors import Expired
+from dispatch_k8s.core.shell.gateway import POD_RESOURCE, Resource
 
 
 class Gateway:

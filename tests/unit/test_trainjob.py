@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatch_k8s.core import wire
-from dispatch_k8s.core.trainjob import (
+from dispatch_k8s.core.rules import wire
+from dispatch_k8s.core.rules.trainjob import (
     Draining,
     ForeignFlag,
     Raise,

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from dispatch_k8s.core import wire
-from dispatch_k8s.core.trainjob import ForeignFlag, Refusal, ResourceVersion
-from dispatch_k8s.core.workload import (
+from dispatch_k8s.core.rules import wire
+from dispatch_k8s.core.rules.trainjob import ForeignFlag, Refusal, ResourceVersion
+from dispatch_k8s.core.rules.workload import (
     Finished,
     Replaced,
     Reservation,

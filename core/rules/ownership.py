@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from dispatch_k8s.core import shapes, wire
+from dispatch_k8s.core.rules import shapes, wire
 
 BATCH_CONTROLLER_UID_KEY = "batch.kubernetes.io/controller-uid"  # the Job controller's pod label
 T = TypeVar("T")

@@ -11,8 +11,8 @@ from typing import Any, Final, NoReturn, TypeVar
 
 from loguru import logger
 
-from dispatch_k8s.core.errors import BadInput, DispatchError
-from dispatch_k8s.core.settings import StepSettings, load_settings
+from dispatch_k8s.core.rules.errors import BadInput, DispatchError
+from dispatch_k8s.core.shell.settings import StepSettings, load_settings
 
 Result = Mapping[str, Any]
 S = TypeVar("S", bound=StepSettings)

@@ -14,8 +14,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from dispatch_k8s.core import shapes
-from dispatch_k8s.core.wire import (
+from dispatch_k8s.core.rules import shapes
+from dispatch_k8s.core.rules.wire import (
     ALLOW_RANK_RESTART_ANNOTATION,
     ALLOW_RESTARTS_ANNOTATION,
     ANCESTOR_LABEL,

@@ -13,9 +13,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from dispatch_k8s.core import shapes, trainjob, wire, workload
-from dispatch_k8s.core.trainjob import NeedsPerson, Refusal
-from dispatch_k8s.core.workload import Finished, Reservation, Skip
+from dispatch_k8s.core.rules import shapes, trainjob, wire, workload
+from dispatch_k8s.core.rules.trainjob import NeedsPerson, Refusal
+from dispatch_k8s.core.rules.workload import Finished, Reservation, Skip
 
 
 @dataclass(frozen=True, slots=True)

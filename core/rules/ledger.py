@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from dispatch_k8s.core import shapes, wire
-from dispatch_k8s.core.trainjob import Refusal, recorded_identity
+from dispatch_k8s.core.rules import shapes, wire
+from dispatch_k8s.core.rules.trainjob import Refusal, recorded_identity
 
 NAME_PREFIX: Final = "dispatch-ledger-"
 CREATED_SUFFIX: Final = "-created"

@@ -16,9 +16,9 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, CliSettingsSource, SettingsConfigDict, SettingsError
 
-from dispatch_k8s.core import errors
-from dispatch_k8s.core.errors import BadInput
-from dispatch_k8s.core.request import (
+from dispatch_k8s.core.rules import errors
+from dispatch_k8s.core.rules.errors import BadInput
+from dispatch_k8s.core.rules.request import (
     RequestError,
     RuntimeKind,
     StartRequest,

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
-from dispatch_k8s.core import ownership, runtime, shapes
-from dispatch_k8s.core.identity import IdentityError, parse_counter
-from dispatch_k8s.core.trainjob import runtime_seen
-from dispatch_k8s.core.wire import (
+from dispatch_k8s.core.rules import ownership, runtime, shapes
+from dispatch_k8s.core.rules.identity import IdentityError, parse_counter
+from dispatch_k8s.core.rules.trainjob import runtime_seen
+from dispatch_k8s.core.rules.wire import (
     ADMISSION_ANNOTATION,
     ADMISSION_FLOOR_ANNOTATION,
     ALLOW_RANK_RESTART_ANNOTATION,
@@ -82,8 +82,10 @@ class FindingKind(StrEnum):
     ORPHANED = "orphaned"  # a Job or pod runs the trainer outside the JobSet's count of J
     ZERO_R = "zero-r"  # an execution began with R = 0: before any raise of A
     RESTART_BELOW = "restart-below-highest"  # J below the highest recorded, A not raised past it
-    UNRAISED_OPENING = "unraised-opening"  # open at a generation no raise covers (core.opening)
-    RECORD_ERASED = "record-erased"  # a record that bounds R moved back (core.erasure)
+    UNRAISED_OPENING = (
+        "unraised-opening"  # open at a generation no raise covers (core.rules.opening)
+    )
+    RECORD_ERASED = "record-erased"  # a record that bounds R moved back (core.rules.erasure)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -915,10 +917,10 @@ def job_as_audited(job: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def pod_as_audited(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """A pod with only what the audit and core.ownership read, for a store of thousands.
+    """A pod with only what the audit and core.rules.ownership read, for a store of thousands.
 
     Its names, UID and the labels, annotations and owner references they read; its containers'
-    names and token (the one env entry core.ownership reads), its phase, start time and its
+    names and token (the one env entry core.rules.ownership reads), its phase, start time and its
     containers' restart counts; the words every pod repeats (keys, label values) shared, not
     held once per pod.
     """
@@ -958,7 +960,7 @@ def pod_as_audited(pod: Mapping[str, Any]) -> dict[str, Any]:
     return trimmed
 
 
-# What the audit and core.ownership read of a pod. JobSet and the Job controller put some 18
+# What the audit and core.rules.ownership read of a pod. JobSet and the Job controller put some 18
 # labels and 14 annotations on each pod: kept whole, they were most of a stored pod's memory.
 _POD_METADATA_READ: Final = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
 _POD_LABELS_READ: Final = frozenset(

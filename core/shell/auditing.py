@@ -1,4 +1,4 @@
-"""Audits of TrainJobs: read them and what they own, decide (`core.audit`), write once each.
+"""Audits of TrainJobs: read them and what they own, decide (`core.rules.audit`), write once each.
 
 Shell, not rule: `dispatch-audit` runs it for one TrainJob or every managed one of a
 namespace, the admission controller's auditor each time a managed TrainJob or something it
@@ -19,7 +19,7 @@ from typing import Any
 
 from loguru import logger
 
-from dispatch_k8s.core import (
+from dispatch_k8s.core.rules import (
     audit,
     erasure,
     events,
@@ -30,9 +30,9 @@ from dispatch_k8s.core import (
     trainjob,
     wire,
 )
-from dispatch_k8s.core.erasure import Erasure
-from dispatch_k8s.core.errors import DispatchError, NotFound
-from dispatch_k8s.core.gateway import Gateway
+from dispatch_k8s.core.rules.erasure import Erasure
+from dispatch_k8s.core.rules.errors import DispatchError, NotFound
+from dispatch_k8s.core.shell.gateway import Gateway
 
 Erasures = tuple[Erasure, ...]
 
@@ -110,7 +110,7 @@ def _audits(
     """Each TrainJob's audit, fed its Jobs and pods from one list of each in the namespace.
 
     Every Job and pod is kept for the TrainJobs that own it by label, owner reference or the
-    trainer it runs (core.ownership), so a removed label hides nothing.
+    trainer it runs (core.rules.ownership), so a removed label hides nothing.
     """
     trainjobs = list(trainjobs)
     lineages = {
@@ -183,7 +183,7 @@ def decide(
 ) -> Decision:
     """The findings of an audit fed everything it claims, and the update they call for.
 
-    `erased`: the records the caller saw moved back (core.erasure), already put back in
+    `erased`: the records the caller saw moved back (core.rules.erasure), already put back in
     `trainjob` (and in what `job_audit` was given): they are findings of their own.
     """
     findings, observed = job_audit.result(jobset_after=jobset_after)
@@ -206,7 +206,7 @@ def audit_of(
     jobs: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
 ) -> audit.JobAudit:
-    """One TrainJob's audit, fed those of `jobs` and `pods` it owns (core.ownership)."""
+    """One TrainJob's audit, fed those of `jobs` and `pods` it owns (core.rules.ownership)."""
     lineage = ownership.lineage_of(trainjob, jobset)
     owned = [job for job in jobs if lineage.claims_job(job)]
     job_audit = audit.JobAudit(trainjob, jobset, runtime_now=runtime_now, jobs=owned)
@@ -232,7 +232,7 @@ def audit_read(
 
     Its Jobs and pods are listed by the `jobset-name` label, so the cost does not grow with the
     namespace's other pods; `also` adds the Jobs and pods the caller knows of without it (the
-    controller's store: core.ownership claims them by owner or by the trainer they run), and
+    controller's store: core.rules.ownership claims them by owner or by the trainer they run), and
     `erased` the records it saw moved back, which are put back in the TrainJob as read.
     """
     selector = f"{wire.JOBSET_NAME_KEY}={name}"

@@ -26,9 +26,9 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from dispatch_k8s.core import shapes
-from dispatch_k8s.core.audit import Finding, FindingKind
-from dispatch_k8s.core.wire import OPEN_UNTIL_GENERATION_ANNOTATION
+from dispatch_k8s.core.rules import shapes
+from dispatch_k8s.core.rules.audit import Finding, FindingKind
+from dispatch_k8s.core.rules.wire import OPEN_UNTIL_GENERATION_ANNOTATION
 
 # As guard.yaml reads the record: decimal digits, short enough to be a generation.
 _RECORD: Final = re.compile(r"[0-9]{1,18}")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from dispatch_k8s.core import wire
+from dispatch_k8s.core.rules import wire
 
 EXIT_REFUSED: Final = 125  # the value docker and env use for "the wrapper itself failed"
 

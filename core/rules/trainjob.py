@@ -9,11 +9,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NewType, cast
 
-from dispatch_k8s.core import shapes, wire
-from dispatch_k8s.core.errors import DispatchError, Foreign, Refused
-from dispatch_k8s.core.identity import IdentityError, next_admission, parse_counter
-from dispatch_k8s.core.prologue import wrap_command
-from dispatch_k8s.core.request import StartRequest
+from dispatch_k8s.core.rules import shapes, wire
+from dispatch_k8s.core.rules.errors import DispatchError, Foreign, Refused
+from dispatch_k8s.core.rules.identity import IdentityError, next_admission, parse_counter
+from dispatch_k8s.core.rules.prologue import wrap_command
+from dispatch_k8s.core.rules.request import StartRequest
 
 INITIAL_ADMISSION: Final = "0"  # A before the first admission; R = 1 only once it is raised
 IDENTITY_ANNOTATIONS: Final = (

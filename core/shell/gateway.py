@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import quote
 
-from dispatch_k8s.core import clock, events, shapes, wire
-from dispatch_k8s.core.errors import (
+from dispatch_k8s.core.rules import events, shapes, wire
+from dispatch_k8s.core.rules.errors import (
     BadInput,
     DispatchError,
     Expired,
@@ -31,6 +31,7 @@ from dispatch_k8s.core.errors import (
     Refused,
     Transient,
 )
+from dispatch_k8s.core.shell import clock
 
 if TYPE_CHECKING:  # imported where first used: a step that never connects never pays for them
     from kubernetes.client import ApiClient
@@ -350,7 +351,7 @@ class Gateway:
         path = _custom_path(wire.TRAINER_GROUP, wire.TRAINER_VERSION, meta["namespace"], TRAINJOBS)
         return self._create(path, trainjob, what=what)
 
-    # ConfigMaps (the ledger, core/ledger.py)
+    # ConfigMaps (the ledger, core/rules/ledger.py)
 
     def find_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         """GET one ConfigMap; None when there is none."""

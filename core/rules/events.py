@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from dispatch_k8s.core import wire
+from dispatch_k8s.core.rules import wire
 
 COMPONENT: Final = "dispatch-k8s"
 RAISED: Final = "AdmissionRaised"

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from dispatch_k8s.core import shapes, wire
-from dispatch_k8s.core.trainjob import NeedsPerson, Refusal, ResourceVersion, foreign_flag
+from dispatch_k8s.core.rules import shapes, wire
+from dispatch_k8s.core.rules.trainjob import NeedsPerson, Refusal, ResourceVersion, foreign_flag
 
 TRAINJOB_KIND: Final = "TrainJob"
 READY: Final = "Ready"

@@ -13,7 +13,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from dispatch_k8s.core import shapes
+from dispatch_k8s.core.rules import shapes
 
 
 def holder(lease: Mapping[str, Any] | None) -> str:

@@ -23,10 +23,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from dispatch_k8s.core import shapes
-from dispatch_k8s.core.audit import Execution, Finding, FindingKind
-from dispatch_k8s.core.identity import IdentityError, parse_counter
-from dispatch_k8s.core.wire import (
+from dispatch_k8s.core.rules import shapes
+from dispatch_k8s.core.rules.audit import Execution, Finding, FindingKind
+from dispatch_k8s.core.rules.identity import IdentityError, parse_counter
+from dispatch_k8s.core.rules.wire import (
     ADMISSION_FLOOR_ANNOTATION,
     HIGHEST_RESTART_ANNOTATION,
     JOBSET_UID_ANNOTATION,

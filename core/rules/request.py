@@ -8,8 +8,8 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from dispatch_k8s.core import wire
-from dispatch_k8s.core.identity import Identity, IdentityError
+from dispatch_k8s.core.rules import wire
+from dispatch_k8s.core.rules.identity import Identity, IdentityError
 
 DNS1035_LABEL: Final = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 DNS1035_MAX: Final = 63

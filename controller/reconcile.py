@@ -17,8 +17,9 @@ from loguru import logger
 
 from dispatch_k8s.controller import serve
 from dispatch_k8s.core.rules import events, gate, trainjob, workload
+from dispatch_k8s.core.rules.decisions import Refusal, ResourceVersion
 from dispatch_k8s.core.rules.errors import DispatchError, NotFound, PreconditionFailed, Transient
-from dispatch_k8s.core.rules.trainjob import Draining, Refusal, ResourceVersion
+from dispatch_k8s.core.rules.trainjob import Draining
 from dispatch_k8s.core.rules.workload import Reservation
 from dispatch_k8s.core.shell import clock
 from dispatch_k8s.core.shell.gateway import Gateway

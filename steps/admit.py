@@ -8,7 +8,7 @@ from typing import Any
 
 from loguru import logger
 
-from dispatch_k8s.core.rules import events, trainjob, wire, workload
+from dispatch_k8s.core.rules import decisions, events, trainjob, wire, workload
 from dispatch_k8s.core.rules.errors import PreconditionFailed, Refused, Transient
 from dispatch_k8s.core.shell import output
 from dispatch_k8s.core.shell.gateway import Gateway
@@ -21,7 +21,7 @@ def _reservation_among(
     skipped = workload.Skip(f"no Workload of TrainJob {settings.name} yet")
     for candidate in workloads:
         decision = workload.decide_reservation(candidate, job, check=settings.check)
-        if isinstance(decision, trainjob.Refusal):
+        if isinstance(decision, decisions.Refusal):
             raise Refused(decision.reason)
         if isinstance(decision, workload.Reservation | workload.Finished):
             return decision
@@ -90,7 +90,7 @@ def run(settings: AdmitSettings) -> output.Result:
         job = gateway.read_trainjob(settings.namespace, settings.name)
         decision = trainjob.decide_raise(job, jobset)
     _same_owner(found, job)  # each read of the job above was by name
-    if isinstance(decision, trainjob.Refusal):
+    if isinstance(decision, decisions.Refusal):
         raise trainjob.refusal_error(decision)
     written = gateway.update_trainjob(
         trainjob.with_admission(job, decision, raised_for=found.record), decision.resource_version

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from loguru import logger
 
-from dispatch_k8s.core.rules import trainjob, workload
+from dispatch_k8s.core.rules import decisions, trainjob, workload
 from dispatch_k8s.core.rules.errors import PreconditionFailed, Refused
 from dispatch_k8s.core.shell import clock, output
 from dispatch_k8s.core.shell.gateway import Gateway
@@ -33,7 +33,7 @@ def run(settings: ApproveSettings) -> output.Result:
     body = workload.build_approval(
         current,
         check=settings.check,
-        resource_version=trainjob.ResourceVersion(settings.workload_resource_version),
+        resource_version=decisions.ResourceVersion(settings.workload_resource_version),
         message=workload.approval_message(settings.admission),
         now=clock.now(),
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from loguru import logger
 
-from dispatch_k8s.core.rules import trainjob
+from dispatch_k8s.core.rules import decisions, trainjob
 from dispatch_k8s.core.rules.errors import Refused
 from dispatch_k8s.core.shell import output
 from dispatch_k8s.core.shell.gateway import Gateway
@@ -25,7 +25,7 @@ def run(settings: TrainJobSettings) -> output.Result:
         logger.info("already suspended: nothing to do")
         return {"held": True, "changed": False, "resourceVersion": version}
     body = trainjob.with_hold(job, gateway.read_jobset(settings.namespace, settings.name))
-    written = gateway.update_trainjob(body, trainjob.ResourceVersion(version))
+    written = gateway.update_trainjob(body, decisions.ResourceVersion(version))
     logger.info("suspended")
     return {
         "held": True,

@@ -7,7 +7,7 @@ from typing import Any, Final
 
 from loguru import logger
 
-from dispatch_k8s.core.rules import ledger, runtime, trainjob, wire
+from dispatch_k8s.core.rules import decisions, ledger, runtime, trainjob, wire
 from dispatch_k8s.core.rules.errors import BadInput, PreconditionFailed, Refused
 from dispatch_k8s.core.rules.request import StartRequest
 from dispatch_k8s.core.shell import output
@@ -76,7 +76,7 @@ def _create(gateway: Gateway, wanted: Mapping[str, Any]) -> tuple[Mapping[str, A
     outcome = "exists"
     for _ in range(ROUNDS):
         action = ledger.decide_start(wanted, claim=claim, created=created, trainjob=job)
-        if isinstance(action, trainjob.Refusal):
+        if isinstance(action, decisions.Refusal):
             raise Refused(action.reason)
         if isinstance(action, ledger.Done):
             if outcome == "exists":

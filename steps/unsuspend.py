@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from loguru import logger
 
-from dispatch_k8s.core.rules import events, trainjob
+from dispatch_k8s.core.rules import decisions, events, trainjob
 from dispatch_k8s.core.rules.errors import Refused
 from dispatch_k8s.core.shell import output
 from dispatch_k8s.core.shell.gateway import Gateway
@@ -27,7 +27,7 @@ def run(settings: TrainJobSettings) -> output.Result:
         return {"admission": done, "resourceVersion": job["metadata"]["resourceVersion"]}
     jobset = gateway.read_jobset(settings.namespace, settings.name)
     decision = trainjob.decide_raise(job, jobset)
-    if isinstance(decision, trainjob.Refusal):
+    if isinstance(decision, decisions.Refusal):
         raise trainjob.refusal_error(decision)
     body = trainjob.with_admission(job, decision, suspend=False)
     written = gateway.update_trainjob(body, decision.resource_version)

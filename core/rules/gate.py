@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from dispatch_k8s.core.rules import shapes, trainjob, wire, workload
-from dispatch_k8s.core.rules.trainjob import NeedsPerson, Refusal
+from dispatch_k8s.core.rules.decisions import NeedsPerson, Refusal
 from dispatch_k8s.core.rules.workload import Finished, Reservation, Skip
 
 

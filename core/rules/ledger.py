@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from dispatch_k8s.core.rules import shapes, wire
-from dispatch_k8s.core.rules.trainjob import Refusal, recorded_identity
+from dispatch_k8s.core.rules.decisions import Refusal
+from dispatch_k8s.core.rules.trainjob import recorded_identity
 
 NAME_PREFIX: Final = "dispatch-ledger-"
 CREATED_SUFFIX: Final = "-created"

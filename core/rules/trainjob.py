@@ -7,9 +7,10 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, NewType, cast
+from typing import Any, Final, cast
 
 from dispatch_k8s.core.rules import shapes, wire
+from dispatch_k8s.core.rules.decisions import NeedsPerson, Refusal, ResourceVersion
 from dispatch_k8s.core.rules.errors import DispatchError, Foreign, Refused
 from dispatch_k8s.core.rules.identity import IdentityError, next_admission, parse_counter
 from dispatch_k8s.core.rules.prologue import wrap_command
@@ -138,24 +139,6 @@ def recorded_identity(trainjob: Mapping[str, Any]) -> dict[str, str | None]:
     """The identity annotations of a TrainJob, None where one is absent."""
     annotations = shapes.annotations_of(trainjob)
     return {key: annotations.get(key) for key in IDENTITY_ANNOTATIONS}
-
-
-ResourceVersion = NewType("ResourceVersion", str)
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """Why a decision says no; the step turns it into exit 6."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class NeedsPerson(Refusal):
-    """A refusal no wait resolves: what the objects hold must change, a person decides how.
-
-    The admission controller rejects such a reservation instead of holding its quota.
-    """
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,8 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from dispatch_k8s.core.rules import shapes, wire
-from dispatch_k8s.core.rules.trainjob import NeedsPerson, Refusal, ResourceVersion, foreign_flag
+from dispatch_k8s.core.rules.decisions import NeedsPerson, Refusal, ResourceVersion
+from dispatch_k8s.core.rules.trainjob import foreign_flag
 
 TRAINJOB_KIND: Final = "TrainJob"
 READY: Final = "Ready"

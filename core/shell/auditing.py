@@ -21,13 +21,13 @@ from loguru import logger
 
 from dispatch_k8s.core.rules import (
     audit,
+    decisions,
     erasure,
     events,
     gate,
     opening,
     ownership,
     shapes,
-    trainjob,
     wire,
 )
 from dispatch_k8s.core.rules.erasure import Erasure
@@ -289,7 +289,7 @@ def write(
     bound = logger.bind(trainjob=name)
     if changes:
         body = audit.with_annotations(job, changes)
-        written = gateway.update_trainjob(body, trainjob.ResourceVersion(version))
+        written = gateway.update_trainjob(body, decisions.ResourceVersion(version))
         version = written["metadata"]["resourceVersion"]
         bound.bind(annotations=sorted(changes)).info("updated TrainJob annotations")
     for finding in findings:

@@ -47,7 +47,7 @@ from typing import Any, Final
 import yaml
 from kubernetes import client, config, watch
 
-from dispatch_k8s.core.rules import trainjob, wire
+from dispatch_k8s.core.rules import decisions, trainjob, wire
 from tests.bench.admission import cpu_seconds, memory_mib, p50_p99
 from tests.bench.steps import cluster_at, machine_line, say
 from tests.integration.controller import Replica, replicas
@@ -187,7 +187,7 @@ class Bench:
                 )
             )
             decision = trainjob.decide_raise(job, None)
-            assert not isinstance(decision, trainjob.Refusal), decision
+            assert not isinstance(decision, decisions.Refusal), decision
             raised = trainjob.with_admission(job, decision, suspend=False)
             try:
                 self.custom.replace_namespaced_custom_object(

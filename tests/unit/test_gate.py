@@ -10,9 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatch_k8s.core.rules import gate, trainjob, wire
+from dispatch_k8s.core.rules.decisions import NeedsPerson, Refusal, ResourceVersion
 from dispatch_k8s.core.rules.gate import Approve, RaiseFor
 from dispatch_k8s.core.rules.identity import MAX_R
-from dispatch_k8s.core.rules.trainjob import Draining, NeedsPerson, Refusal, ResourceVersion
+from dispatch_k8s.core.rules.trainjob import Draining
 from dispatch_k8s.core.rules.workload import (
     MAX_CHECK_MESSAGE,
     RETRY_AFTER_SECONDS,

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatch_k8s.core.rules import ledger, wire
-from dispatch_k8s.core.rules.trainjob import Refusal
+from dispatch_k8s.core.rules.decisions import Refusal
 from tests.requests import trainjob_body
 
 NAMESPACE = "team-a"

@@ -15,7 +15,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatch_k8s.core.rules import trainjob, workload
+from dispatch_k8s.core.rules import decisions, trainjob, workload
 from dispatch_k8s.core.rules.errors import BadInput
 from dispatch_k8s.core.rules.request import StartRequest
 from dispatch_k8s.core.shell.settings import (
@@ -130,7 +130,7 @@ WORKLOAD = workload_dict()
 def test_any_trainjob_shape_gives_a_raise_or_a_refusal(where: list[str | int], value: Any) -> None:
     job = with_value(SUSPENDED, where, value)
     decision = trainjob.decide_raise(job, JOBSET)
-    assert isinstance(decision, trainjob.Raise | trainjob.Refusal)
+    assert isinstance(decision, trainjob.Raise | decisions.Refusal)
     trainjob.finished_reason(job)
     trainjob.multikueue_refusal(job)
     trainjob.foreign_flag(job)
@@ -139,7 +139,7 @@ def test_any_trainjob_shape_gives_a_raise_or_a_refusal(where: list[str | int], v
 @given(where=st.sampled_from(_read_parts(JOBSET)), value=JSON_VALUES)
 def test_any_jobset_shape_gives_a_raise_or_a_refusal(where: list[str | int], value: Any) -> None:
     decision = trainjob.decide_raise(SUSPENDED, with_value(JOBSET, where, value))
-    assert isinstance(decision, trainjob.Raise | trainjob.Refusal)
+    assert isinstance(decision, trainjob.Raise | decisions.Refusal)
 
 
 @given(
@@ -161,7 +161,7 @@ def test_any_workload_status_is_a_reservation_a_skip_or_a_refusal(
     changed = with_value(WORKLOAD, where, value)
     decision = workload.decide_reservation(changed, OWNER, check=CHECK)
     assert isinstance(
-        decision, workload.Reservation | workload.Skip | workload.Finished | trainjob.Refusal
+        decision, workload.Reservation | workload.Skip | workload.Finished | decisions.Refusal
     )
     refusal = workload.decide_approval(changed, TRAINJOB, check=CHECK, admission=1)
-    assert refusal is None or isinstance(refusal, trainjob.Refusal)
+    assert refusal is None or isinstance(refusal, decisions.Refusal)

@@ -9,12 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatch_k8s.core.rules import wire
+from dispatch_k8s.core.rules.decisions import Refusal, ResourceVersion
 from dispatch_k8s.core.rules.trainjob import (
     Draining,
     ForeignFlag,
     Raise,
-    Refusal,
-    ResourceVersion,
     admission_in_patch,
     decide_raise,
     finished_reason,

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from dispatch_k8s.core.rules import wire
-from dispatch_k8s.core.rules.trainjob import ForeignFlag, Refusal, ResourceVersion
+from dispatch_k8s.core.rules.decisions import Refusal, ResourceVersion
+from dispatch_k8s.core.rules.trainjob import ForeignFlag
 from dispatch_k8s.core.rules.workload import (
     Finished,
     Replaced,

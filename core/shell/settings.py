@@ -145,7 +145,8 @@ def load_settings(
     distribution's version, each exiting 0.
     """
     argv, verbatim = take_verbatim(argv, cls.verbatim_lists, prog=prog)
-    parser = _OneLineParser(prog=prog, add_help=False)
+    # As kubectl: a flag is written whole; a prefix of one (`--namespac`) is an error.
+    parser = _OneLineParser(prog=prog, add_help=False, allow_abbrev=False)
     parser.add_argument(
         "-h",
         "--help",

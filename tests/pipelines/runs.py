@@ -60,7 +60,7 @@ def _get(api: client.ApiClient, group_version: tuple[str, str], path: str) -> di
     return kube.request(api, "GET", f"/apis/{'/'.join(group_version)}/{path}")
 
 
-_TEMPLATE_MISSING: Final = re.compile(r'workflowtemplate\.argoproj\.io "[^"]+" not found')
+_TEMPLATE_MISSING: Final = re.compile(r'workflowtemplates?\.argoproj\.io "[^"]+" not found')
 
 
 def submit_workflow(
@@ -71,7 +71,8 @@ def submit_workflow(
     The workflow controller resolves `workflowTemplateRef`, and every `templateRef` inside
     it, from its informer's cache, not from the API server, so a Workflow submitted just
     after its templates were created can end at once (`workflowtemplate.argoproj.io "…" not
-    found`, naming the template or one it refers to, e.g. dispatch-steps) with no node run.
+    found`, or `workflowtemplates.…` as the API server words it, naming the template or one it
+    refers to, e.g. dispatch-steps) with no node run.
     That one end is submitted again, until the controller's cache has every template.
     """
     workflow = {

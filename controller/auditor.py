@@ -35,14 +35,8 @@ from dispatch_k8s.core.rules.erasure import Erasure
 from dispatch_k8s.core.rules.errors import DispatchError, NotFound, PreconditionFailed, Transient
 from dispatch_k8s.core.shell import auditing
 from dispatch_k8s.core.shell.auditing import AuditOutcome, Erasures
-from dispatch_k8s.core.shell.gateway import (
-    JOB_RESOURCE,
-    JOBSET_RESOURCE,
-    POD_RESOURCE,
-    TRAINJOB_RESOURCE,
-    Gateway,
-    Resource,
-)
+from dispatch_k8s.core.shell.gateway import Gateway, kinds
+from dispatch_k8s.core.shell.gateway.kinds import Kind
 from dispatch_k8s.core.shell.settings import ControllerSettings
 
 COMPONENT: Final = "admission-controller"  # the Events' source, as the gate's
@@ -65,21 +59,21 @@ class Stream:
     """One collection the auditor follows, and how its objects map to their TrainJob."""
 
     kind: str  # the metrics label
-    resource: Resource
+    resource: Kind
     label_selector: str
     key: Callable[[Mapping[str, Any]], Key | None]
 
 
 TRAINJOBS: Final = Stream(
-    "trainjobs", TRAINJOB_RESOURCE, f"{wire.MANAGED_BY_LABEL}={wire.MANAGED_BY}", own_key
+    "trainjobs", kinds.TRAINJOB, f"{wire.MANAGED_BY_LABEL}={wire.MANAGED_BY}", own_key
 )
 # JobSets carry no label of the TrainJob's (Trainer does not pass labels on from v2.2): all
 # are watched, and only those named for a managed TrainJob queue it.
-JOBSETS: Final = Stream("jobsets", JOBSET_RESOURCE, "", own_key)
+JOBSETS: Final = Stream("jobsets", kinds.JOBSET, "", own_key)
 # Every Job and pod of the namespaces, not only those labelled: core.rules.ownership claims one
 # whose label was removed by its owner or the trainer it runs.
-JOBS: Final = Stream("jobs", JOB_RESOURCE, "", jobset_key)
-PODS: Final = Stream("pods", POD_RESOURCE, "", jobset_key)
+JOBS: Final = Stream("jobs", kinds.JOB, "", jobset_key)
+PODS: Final = Stream("pods", kinds.POD, "", jobset_key)
 STREAMS: Final = (TRAINJOBS, JOBSETS, JOBS, PODS)
 
 

@@ -32,12 +32,8 @@ from dispatch_k8s.controller.threads import Supervisor
 from dispatch_k8s.core.rules import gate, workload
 from dispatch_k8s.core.rules.errors import BadInput, DispatchError, Fenced
 from dispatch_k8s.core.shell import clock, output
-from dispatch_k8s.core.shell.gateway import (
-    ADMISSION_CHECK_RESOURCE,
-    WORKLOAD_RESOURCE,
-    Gateway,
-    Resource,
-)
+from dispatch_k8s.core.shell.gateway import Gateway, kinds
+from dispatch_k8s.core.shell.gateway.kinds import Kind
 from dispatch_k8s.core.shell.settings import ControllerSettings, load_settings
 
 PROG: Final = "dispatch-admission-controller"
@@ -99,7 +95,7 @@ class Leading:
 
     # Watches
 
-    def _list_and_watch(self, resource: Resource, namespace: str | None) -> Iterator[Event]:
+    def _list_and_watch(self, resource: Kind, namespace: str | None) -> Iterator[Event]:
         """("LISTED", list) once per resync, then the watch's events, until the term ends."""
         return streams.whole_lists(
             streams.list_and_watch(
@@ -113,7 +109,7 @@ class Leading:
 
     def _watch_checks(self) -> None:
         checks: dict[str, dict[str, Any]] = {}
-        for kind, obj in self._list_and_watch(ADMISSION_CHECK_RESOURCE, None):
+        for kind, obj in self._list_and_watch(kinds.ADMISSION_CHECK, None):
             if kind == "LISTED":
                 checks = {item["metadata"]["name"]: item for item in obj.get("items") or []}
             elif kind in ("ADDED", "MODIFIED"):
@@ -147,7 +143,7 @@ class Leading:
 
     def _watch_workloads(self, namespace: str | None) -> None:
         self._known_checks.wait()  # which Workloads are ours depends on which checks are
-        for kind, obj in self._list_and_watch(WORKLOAD_RESOURCE, namespace):
+        for kind, obj in self._list_and_watch(kinds.WORKLOAD, namespace):
             if kind == "LISTED":
                 items = obj.get("items") or []
                 with self._lock:

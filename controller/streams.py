@@ -12,19 +12,18 @@ from typing import Any, Final
 
 from loguru import logger
 
-from dispatch_k8s.core.rules.errors import DispatchError, Expired
-from dispatch_k8s.core.shell.gateway import Gateway, Resource
+from dispatch_k8s.core.rules.errors import DispatchError
+from dispatch_k8s.core.shell.gateway import Gateway
+from dispatch_k8s.core.shell.gateway.kinds import Kind
+from dispatch_k8s.core.shell.gateway.watching import LISTED, LISTING, SYNCED, Event, list_then_watch
 
+__all__ = ["LISTED", "LISTING", "SYNCED", "Event", "list_and_watch", "whole_lists"]
 RELIST_BACKOFF: Final = 2.0  # seconds after a failed list or watch
-LISTING: Final = "LISTING"  # a list begins: the items after it are the whole collection
-LISTED: Final = "LISTED"  # one item of the list
-SYNCED: Final = "SYNCED"  # the list is complete; the watch's events follow
-Event = tuple[str, dict[str, Any]]
 
 
 def list_and_watch(
     gateway: Gateway,
-    resource: Resource,
+    kind: Kind,
     namespace: str | None,
     *,
     ended: threading.Event,
@@ -43,33 +42,19 @@ def list_and_watch(
     """
     while not ended.is_set():
         try:
-            yield LISTING, {}
-            rest: dict[str, Any] = {}
-            for item in gateway.list_items(
-                resource, namespace, label_selector=label_selector, rest=rest
+            for event in list_then_watch(
+                gateway,
+                kind,
+                namespace,
+                watch_seconds=lambda: 0.0 if ended.is_set() else resync_seconds,
+                label_selector=label_selector,
+                relist=relist,
             ):
-                yield LISTED, item
-            yield SYNCED, {}
-            version = rest["metadata"]["resourceVersion"]
-            while not ended.is_set():
-                for kind, obj in gateway.watch_all(
-                    resource,
-                    namespace,
-                    version=version,
-                    timeout=resync_seconds,
-                    label_selector=label_selector,
-                ):
-                    if ended.is_set():
-                        return
-                    told = obj.get("metadata", {}).get("resourceVersion")
-                    version = told if isinstance(told, str) and told else version
-                    yield kind, obj
-                if relist:
-                    break  # the server ended the watch at the resync: list again
-        except Expired:
-            continue
+                if ended.is_set():
+                    return
+                yield event
         except DispatchError as e:
-            logger.bind(resource=resource.plural, error=str(e)).warning("list/watch failed")
+            logger.bind(resource=kind.plural, error=str(e)).warning("list/watch failed")
             ended.wait(RELIST_BACKOFF)
 
 

@@ -11,7 +11,7 @@ from loguru import logger
 from dispatch_k8s.core.rules import decisions, events, trainjob, wire, workload
 from dispatch_k8s.core.rules.errors import PreconditionFailed, Refused, Transient
 from dispatch_k8s.core.shell import output
-from dispatch_k8s.core.shell.gateway import Gateway
+from dispatch_k8s.core.shell.gateway import Gateway, kinds, watching
 from dispatch_k8s.core.shell.settings import AdmitSettings
 
 
@@ -59,7 +59,16 @@ def run(settings: AdmitSettings) -> output.Result:
         return _finished(finished)
     selector = f"{wire.KUEUE_JOB_UID_LABEL}={job['metadata']['uid']}"
     if settings.wait:
-        watched = gateway.watch_workloads(settings.namespace, selector, timeout=settings.timeout)
+        deadline = time.monotonic() + settings.timeout
+        watched = watching.objects(
+            watching.list_then_watch(
+                gateway,
+                kinds.WORKLOAD,
+                settings.namespace,
+                watch_seconds=lambda: deadline - time.monotonic(),
+                label_selector=selector,
+            )
+        )
         found = _reservation_among(watched, job, settings)
         if isinstance(found, workload.Finished):
             return _finished(found.reason)

@@ -17,7 +17,8 @@ import pytest
 from kubernetes import client
 
 from dispatch_k8s.core.rules import trainjob, wire
-from dispatch_k8s.core.shell.gateway import ATTEMPTS, REQUEST_TIMEOUT
+from dispatch_k8s.core.shell.gateway.api_errors import ATTEMPTS
+from dispatch_k8s.core.shell.gateway.client import REQUEST_TIMEOUT
 from tests.cluster.harness import ControlPlane
 from tests.conftest import Cluster
 from tests.faults.write_dropper import dropping_a_write

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import urllib3
 import yaml
-from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules.errors import (
     DispatchError,
@@ -25,15 +24,15 @@ from dispatch_k8s.core.rules.errors import (
     Refused,
     Transient,
 )
-from dispatch_k8s.core.shell import gateway
+from dispatch_k8s.core.shell.gateway import api_errors
+from dispatch_k8s.core.shell.gateway.api_errors import ApiError
 
 BIN = Path(sys.executable).parent
 
 
-def api_error(status: int, message: str = "", reason: str = "Reason") -> ApiException:
-    error = ApiException(status=status, reason=reason)
-    error.body = json.dumps({"kind": "Status", "message": message})
-    return error
+def api_error(status: int, message: str = "", reason: str = "Reason") -> ApiError:
+    body = json.dumps({"kind": "Status", "message": message}).encode()
+    return ApiError.from_body(status, reason, body)
 
 
 @pytest.mark.parametrize(
@@ -62,16 +61,15 @@ def api_error(status: int, message: str = "", reason: str = "Reason") -> ApiExce
 def test_each_status_maps_to_its_exit_code(
     status: int, message: str, mapped: type[DispatchError]
 ) -> None:
-    error = gateway.error_for(api_error(status, message), "update TrainJob team-a/x")
+    error = api_errors.error_for(api_error(status, message), "update TrainJob team-a/x")
     assert type(error) is mapped
     assert str(error).startswith(f"update TrainJob team-a/x: {status} Reason: ")
     assert "\n" not in str(error)
 
 
 def test_a_body_that_is_not_json_still_gives_a_one_line_message() -> None:
-    error = ApiException(status=502, reason="Bad Gateway")
-    error.body = "<html>\nproxy\n</html>"
-    mapped = gateway.error_for(error, "get TrainJob team-a/x")
+    error = ApiError.from_body(502, "Bad Gateway", b"<html>\nproxy\n</html>")
+    mapped = api_errors.error_for(error, "get TrainJob team-a/x")
     assert isinstance(mapped, Transient)
     assert str(mapped) == "get TrainJob team-a/x: 502 Bad Gateway: Bad Gateway"
 
@@ -123,14 +121,14 @@ RETRIES: list[tuple[str, Callable[[], Exception], bool, bool]] = [
 def test_reads_are_retried_and_writes_only_where_nothing_was_applied(
     name: str, make: Callable[[], Exception], read: bool, write: bool
 ) -> None:
-    assert gateway._retryable(make(), write=False) is read
-    assert gateway._retryable(make(), write=True) is write
+    assert api_errors.retryable(make(), write=False) is read
+    assert api_errors.retryable(make(), write=True) is write
 
 
 @pytest.fixture
 def no_backoff(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     slept: list[float] = []
-    monkeypatch.setattr("dispatch_k8s.core.shell.gateway.time.sleep", slept.append)
+    monkeypatch.setattr("dispatch_k8s.core.shell.gateway.api_errors.time.sleep", slept.append)
     return slept
 
 
@@ -151,12 +149,12 @@ def test_a_request_is_sent_as_often_as_the_rules_say_then_mapped(
         raise make()
 
     with pytest.raises(DispatchError) as raised:
-        gateway._call(request, what="update TrainJob team-a/x", write=is_write)
+        api_errors.with_retries(request, what="update TrainJob team-a/x", write=is_write)
     retried = write if is_write else read
-    assert len(sent) == (gateway.ATTEMPTS if retried else 1)
+    assert len(sent) == (api_errors.ATTEMPTS if retried else 1)
     assert no_backoff == [0.5, 1.0, 2.0][: len(sent) - 1], "backoff doubles between attempts"
     assert "\n" not in str(raised.value)
-    if not isinstance(make(), ApiException):
+    if not isinstance(make(), ApiError):
         assert isinstance(raised.value, Transient)
         assert "API server unreachable" in str(raised.value)
 
@@ -170,7 +168,7 @@ def test_a_retried_read_that_then_answers_returns_the_answer(no_backoff: list[fl
             raise answer
         return answer
 
-    assert gateway._call(request, what="get TrainJob team-a/x") == "the object"
+    assert api_errors.with_retries(request, what="get TrainJob team-a/x") == "the object"
     assert no_backoff == [0.5, 1.0]
 
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatch_k8s.core.shell import gateway
-from dispatch_k8s.core.shell.gateway import iter_list_items
+from dispatch_k8s.core.shell.gateway.bodies import iter_list_items
+from dispatch_k8s.core.shell.gateway.kinds import Kind
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
@@ -75,8 +75,13 @@ def test_a_body_that_is_not_a_json_object_raises_value_error(text: str) -> None:
 def test_paths_quote_namespace_and_name_so_a_name_never_names_another_object(
     namespace: str | None, name: str | None, path: str
 ) -> None:
-    assert gateway._custom_path("g", "v1", namespace, "trainjobs", name) == path
+    assert Kind("TrainJob", "g", "v1", "trainjobs").path(namespace, name) == path
 
 
 def test_core_paths_have_no_group() -> None:
-    assert gateway._custom_path("", "v1", "team-a", "pods") == "/api/v1/namespaces/team-a/pods"
+    assert Kind("Pod", "", "v1", "pods").path("team-a") == "/api/v1/namespaces/team-a/pods"
+
+
+def test_a_cluster_scoped_kind_has_no_namespace_in_its_path_even_when_given_one() -> None:
+    check = Kind("AdmissionCheck", "g", "v1", "admissionchecks", namespaced=False)
+    assert check.path("team-a", "c", subresource="status") == "/apis/g/v1/admissionchecks/c/status"

@@ -8,7 +8,8 @@ from typing import Any
 
 from dispatch_k8s.controller import streams
 from dispatch_k8s.core.rules.errors import Expired
-from dispatch_k8s.core.shell.gateway import POD_RESOURCE, Resource
+from dispatch_k8s.core.shell.gateway import kinds
+from dispatch_k8s.core.shell.gateway.kinds import Kind
 
 
 class Gateway:
@@ -21,7 +22,7 @@ class Gateway:
 
     def list_items(
         self,
-        resource: Resource,
+        resource: Kind,
         namespace: str | None,
         *,
         label_selector: str,
@@ -31,8 +32,8 @@ class Gateway:
         rest["metadata"] = {"resourceVersion": f"list-{self.lists}"}
         yield {"metadata": {"name": "p", "resourceVersion": f"list-{self.lists}"}}
 
-    def watch_all(
-        self, resource: Resource, namespace: str | None, *, version: str, **_: Any
+    def watch(
+        self, resource: Kind, namespace: str | None, *, version: str, **_: Any
     ) -> Iterator[tuple[str, dict[str, Any]]]:
         self.watched_from.append(version)
         events = self.watches.pop(0)
@@ -41,11 +42,11 @@ class Gateway:
         yield from events
 
 
-def kinds(gateway: Gateway, *, relist: bool, count: int) -> list[str]:
+def event_types(gateway: Gateway, *, relist: bool, count: int) -> list[str]:
     ended = threading.Event()
     told = streams.list_and_watch(
         gateway,  # type: ignore[arg-type]
-        POD_RESOURCE,
+        kinds.POD,
         None,
         ended=ended,
         resync_seconds=60,
@@ -61,7 +62,7 @@ def modified(version: str) -> tuple[str, dict[str, Any]]:
 def test_without_relist_a_watch_the_server_ended_goes_on_from_the_last_version() -> None:
     bookmark = ("BOOKMARK", {"metadata": {"resourceVersion": "7"}})
     gateway = Gateway([[modified("5"), bookmark], [], [modified("9")], None, [modified("12")]])
-    told = kinds(gateway, relist=False, count=10)
+    told = event_types(gateway, relist=False, count=10)
     assert told == [
         *(streams.LISTING, streams.LISTED, streams.SYNCED, "MODIFIED", "BOOKMARK"),
         "MODIFIED",
@@ -73,7 +74,7 @@ def test_without_relist_a_watch_the_server_ended_goes_on_from_the_last_version()
 
 def test_with_relist_every_watch_the_server_ended_is_followed_by_a_list() -> None:
     gateway = Gateway([[modified("5")], [modified("9")]])
-    told = kinds(gateway, relist=True, count=8)
+    told = event_types(gateway, relist=True, count=8)
     assert told == [
         *(streams.LISTING, streams.LISTED, streams.SYNCED, "MODIFIED"),
         *(streams.LISTING, streams.LISTED, streams.SYNCED, "MODIFIED"),

@@ -1,0 +1,116 @@
+"""What the API server answered when it did not do what was asked, and what a step makes of it.
+
+`ApiError` is the one failure a request raises: the HTTP status, the Status object's reason
+and its message. `error_for` is the one place it becomes a step's outcome (an exit code,
+DESIGN §3); `with_retries` is the one retry layer.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Final, TypeVar
+
+from dispatch_k8s.core.rules import shapes
+from dispatch_k8s.core.rules.errors import (
+    DispatchError,
+    Forbidden,
+    NotFound,
+    PreconditionFailed,
+    Refused,
+    Transient,
+)
+
+T = TypeVar("T")
+ATTEMPTS: Final = 4
+FIRST_BACKOFF: Final = 0.5  # seconds; doubled after each failed attempt
+
+
+class ApiError(Exception):
+    """A status outside 2xx: `status`, `reason` (the Status's, else the HTTP phrase), `message`.
+
+    `phrase` is the HTTP reason phrase ("Not Found"), `reason` the machine word the API
+    server puts in its Status object ("NotFound", "AlreadyExists").
+    """
+
+    def __init__(self, status: int, phrase: str, *, reason: str = "", message: str = "") -> None:
+        super().__init__(f"{status} {phrase}: {message}")
+        self.status = status
+        self.phrase = phrase
+        self.reason = reason or phrase
+        self.message = (message or phrase or "no message").replace("\n", " ")
+
+    @classmethod
+    def from_body(cls, status: int, phrase: str, body: bytes) -> ApiError:
+        """The error a response of `status` with the (Status object) `body` tells."""
+        try:
+            decoded = json.loads(body) if body else {}
+        except ValueError:
+            decoded = {}
+        told = shapes.mapping(decoded)
+        return cls(
+            status,
+            phrase,
+            reason=str(told.get("reason") or ""),
+            message=str(told.get("message") or ""),
+        )
+
+
+def _is_admission_denial(message: str) -> bool:
+    return "admission webhook" in message or "ValidatingAdmissionPolicy" in message
+
+
+def error_for(error: ApiError, what: str) -> DispatchError:
+    """Map an API error to the step's outcome (STYLE §2, DESIGN §3 exit codes)."""
+    status, message = error.status, error.message
+    text = f"{what}: {status} {error.phrase}: {message}"
+    if _is_admission_denial(message):
+        return Refused(text)
+    if status in (401, 403):
+        return Forbidden(text)
+    if status == 404:
+        return NotFound(text)
+    if status == 409:
+        return PreconditionFailed(text)
+    if status == 410:  # a list's continue token expired: listing again from the start helps
+        return Transient(text)
+    if status == 422 and "test operation" in message:
+        return PreconditionFailed(text)
+    if status == 429 or status >= 500:
+        return Transient(text)
+    return Refused(text)
+
+
+def retryable(error: Exception, *, write: bool) -> bool:
+    """Whether sending again can help, and cannot apply a write twice."""
+    import urllib3
+
+    if isinstance(error, ApiError):
+        return error.status == 429 or (not write and error.status >= 500)
+    if isinstance(error, urllib3.exceptions.MaxRetryError) and error.reason is not None:
+        error = error.reason  # what urllib3's own retries ended on
+    if isinstance(error, urllib3.exceptions.ConnectTimeoutError):
+        return True  # no connection (refused, or it timed out): nothing was sent
+    return not write and isinstance(error, urllib3.exceptions.HTTPError)
+
+
+def with_retries(
+    request: Callable[[], T], *, what: str, write: bool = False, attempts: int = ATTEMPTS
+) -> T:
+    """`request()`, sent again with backoff while `retryable`; a failure as its DispatchError."""
+    import urllib3
+
+    backoff = FIRST_BACKOFF
+    for attempt in range(1, attempts + 1):
+        try:
+            return request()
+        except (ApiError, urllib3.exceptions.HTTPError) as e:
+            if attempt < attempts and retryable(e, write=write):
+                time.sleep(backoff)
+                backoff *= 2
+                continue
+            if isinstance(e, ApiError) and e.status:
+                raise error_for(e, what) from e
+            raise Transient(f"{what}: API server unreachable: {type(e).__name__}") from e
+    raise AssertionError("unreachable")  # the loop returns or raises

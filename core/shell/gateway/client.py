@@ -1,0 +1,439 @@
+"""A connection to one cluster: generic verbs over the kinds table, and the project's requests.
+
+Every write is preconditioned on the resourceVersion that was read (a stale read is a 409
+and writes nothing). A 409 is never retried: the read is stale, the step fails with exit 3
+and its stage is run again from the read. Reads are retried on 429/5xx/connection errors;
+writes only where the server surely did not apply them (429, connection refused).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from dispatch_k8s.core.rules import events, shapes
+from dispatch_k8s.core.rules.errors import Expired, Fenced, NotFound, PreconditionFailed, Transient
+from dispatch_k8s.core.shell import clock
+from dispatch_k8s.core.shell.gateway import kinds
+from dispatch_k8s.core.shell.gateway.api_errors import ATTEMPTS, ApiError, error_for, with_retries
+from dispatch_k8s.core.shell.gateway.bodies import as_object, iter_list_items, watch_events
+from dispatch_k8s.core.shell.gateway.kinds import Kind
+from dispatch_k8s.core.shell.gateway.kubeconfig import load as load_configuration
+
+if TYPE_CHECKING:  # imported where first used: a step that never connects never pays for them
+    from kubernetes.client import ApiClient
+    from kubernetes.client.rest import RESTResponse
+
+T = TypeVar("T")
+REQUEST_TIMEOUT: Final = 15  # seconds per request: with ATTEMPTS, a dead server costs ~1 min
+WATCH_GRACE: Final = 15  # seconds past a watch's own timeout before its connection is given up
+POLL_INTERVAL: Final = 1.0  # seconds between reads while a step waits out a passing state
+EVENT_TIMEOUT: Final = 5  # seconds: an Event is best effort and must not hold a step up
+PAGE_SIZE: Final = 500  # kubectl's --chunk-size: one page of a large pod list at a time
+JSON: Final = "application/json"
+APPLY_PATCH: Final = "application/apply-patch+yaml"
+Query = Iterable[tuple[str, str | int | bool]]
+Timeout = float | tuple[float, float]
+
+
+class Gateway:
+    """A connection to one cluster; each method is one API request.
+
+    Requests go through the client's `ApiClient` (its configuration, auth, TLS and timeouts)
+    but not its generated API classes: those cost ~0.5 s to build (CoreV1Api's module alone
+    is 63k lines), and their models are a round trip the steps do not need. Bodies are read
+    as plain JSON.
+    """
+
+    def __init__(self, api: ApiClient, *, fence: Callable[[], None] | None = None) -> None:
+        self._api = api
+        self._fence = fence
+
+    def fenced(self, fence: Callable[[], None]) -> Gateway:
+        """The same connection, with `fence` called before every write is sent.
+
+        `fence` raises (Fenced) once this process may no longer write: a leader whose Lease
+        lapsed.
+        """
+        return type(self)(self._api, fence=fence)
+
+    @classmethod
+    def connect(cls, *, kubeconfig: Path | None, context: str | None) -> Gateway:
+        """In-cluster config inside a pod, else the kubeconfig (DESIGN §3)."""
+        import urllib3
+        from kubernetes.client import ApiClient
+
+        configuration = load_configuration(kubeconfig=kubeconfig, context=context)
+        # urllib3's own default retries would resend a PUT whose answer was lost (it counts PUT
+        # as idempotent) and multiply every timeout by four: with_retries is the only retry layer.
+        configuration.retries = urllib3.util.Retry(total=0, connect=0, read=0, redirect=0, status=0)
+        return cls(ApiClient(configuration))
+
+    # One request
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Query = (),
+        body: Any = None,
+        content_type: str = JSON,
+        timeout: Timeout = REQUEST_TIMEOUT,
+    ) -> RESTResponse:
+        """Send one request, its body unread; a status outside 2xx is an ApiError."""
+        if self._fence is not None and method != "GET":
+            self._fence()  # as late as can be: nothing is sent once it refuses
+        headers = {"Accept": JSON}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        request = self._api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list(query),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self._api.call_api(*request, _request_timeout=timeout)
+        if not 200 <= response.status <= 299:
+            data: bytes = response.read()  # type: ignore[no-untyped-call]
+            raise ApiError.from_body(response.status, str(response.reason or ""), data)
+        return response
+
+    def _json(self, method: str, path: str, **options: Any) -> dict[str, Any]:
+        response = self._send(method, path, **options)
+        data: bytes = response.read()  # type: ignore[no-untyped-call]
+        return as_object(json.loads(data))
+
+    def _text(self, method: str, path: str, **options: Any) -> str:
+        response = self._send(method, path, **options)
+        data: bytes = response.read()  # type: ignore[no-untyped-call]
+        return data.decode("utf-8")
+
+    # Generic verbs: every path is built from the kinds table
+
+    def get(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        name: str,
+        *,
+        timeout: Timeout = REQUEST_TIMEOUT,
+        attempts: int = ATTEMPTS,
+    ) -> dict[str, Any]:
+        """GET one object."""
+        path = kind.path(namespace, name)
+        return with_retries(
+            lambda: self._json("GET", path, timeout=timeout),
+            what=kind.describe(namespace, name),
+            attempts=attempts,
+        )
+
+    def find(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        name: str,
+        *,
+        timeout: Timeout = REQUEST_TIMEOUT,
+        attempts: int = ATTEMPTS,
+    ) -> dict[str, Any] | None:
+        """GET one object; None when there is none."""
+        try:
+            return self.get(kind, namespace, name, timeout=timeout, attempts=attempts)
+        except NotFound:
+            return None
+
+    def list_items(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        *,
+        label_selector: str = "",
+        rest: dict[str, Any] | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """LIST page by page (kubectl's page size), each item decoded and passed on alone.
+
+        Memory stays one page of text and one object whatever the collection's size. Once
+        the iteration ends, `rest` holds the last page's other members: its
+        `metadata.resourceVersion` is the list's, to watch from. A page whose continue token
+        expired (410) is Transient: list again from the start.
+        """
+        rest = {} if rest is None else rest
+        path = kind.path(namespace)
+        what = f"{kind.plural} in {namespace or 'all namespaces'}"
+        if label_selector:
+            what = f"{what} ({label_selector})"
+        token: str | None = None
+        while True:
+            query: list[tuple[str, str | int | bool]] = [("limit", PAGE_SIZE)]
+            if label_selector:
+                query.append(("labelSelector", label_selector))
+            if token:
+                query.append(("continue", token))
+            text = with_retries(functools.partial(self._text, "GET", path, query=query), what=what)
+            rest.clear()
+            yield from (as_object(item) for item in iter_list_items(text, rest))
+            del text
+            token = shapes.mapping(rest.get("metadata")).get("continue")
+            if not token:
+                return
+
+    def create(
+        self,
+        kind: Kind,
+        body: Mapping[str, Any],
+        *,
+        timeout: Timeout = REQUEST_TIMEOUT,
+        attempts: int = ATTEMPTS,
+    ) -> dict[str, Any] | None:
+        """POST `body`; None when an object of its name already exists."""
+        meta = body["metadata"]
+        path = kind.path(meta.get("namespace"))
+
+        def post() -> dict[str, Any] | None:
+            try:
+                return self._json("POST", path, body=dict(body), timeout=timeout)
+            except ApiError as e:
+                if e.status == 409 and e.reason == "AlreadyExists":
+                    return None
+                raise
+
+        what = kind.describe(meta.get("namespace"), meta["name"])
+        return with_retries(post, what=what, write=True, attempts=attempts)
+
+    def update(
+        self,
+        kind: Kind,
+        body: Mapping[str, Any],
+        resource_version: str,
+        *,
+        timeout: Timeout = REQUEST_TIMEOUT,
+        attempts: int = ATTEMPTS,
+    ) -> dict[str, Any]:
+        """PUT `body` only if the server still holds `resource_version` (else 409)."""
+        meta = body["metadata"]
+        sent = {**body, "metadata": {**meta, "resourceVersion": resource_version}}
+        path = kind.path(meta.get("namespace"), meta["name"])
+        return with_retries(
+            lambda: self._json("PUT", path, body=sent, timeout=timeout),
+            what=kind.describe(meta.get("namespace"), meta["name"]),
+            write=True,
+            attempts=attempts,
+        )
+
+    def apply_status(self, kind: Kind, body: Mapping[str, Any], *, manager: str) -> dict[str, Any]:
+        """Server-side apply to the status subresource; a resourceVersion in `body` is checked."""
+        meta = body["metadata"]
+        path = kind.path(meta.get("namespace"), meta["name"], subresource="status")
+        query: list[tuple[str, str | int | bool]] = [("fieldManager", manager), ("force", True)]
+        return with_retries(
+            # JSON is YAML: the client sends the dict as JSON
+            lambda: self._json(
+                "PATCH", path, body=dict(body), query=query, content_type=APPLY_PATCH
+            ),
+            what=f"{kind.describe(meta.get('namespace'), meta['name'])} status",
+            write=True,
+        )
+
+    def watch(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        *,
+        version: str,
+        timeout: float,
+        label_selector: str = "",
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The collection's changes after `version`, as (type, object), BOOKMARKs included.
+
+        Ends when the server ends the watch (about `timeout`); Expired when `version` is too
+        old to watch from (list again), Transient when the connection is lost.
+        """
+        import urllib3
+
+        path = kind.path(namespace)
+        what = f"watch {path}"
+        query: list[tuple[str, str | int | bool]] = [
+            ("resourceVersion", version),
+            ("timeoutSeconds", max(1, int(timeout))),
+            ("allowWatchBookmarks", True),
+            ("watch", True),
+        ]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        try:
+            response = self._send(
+                "GET",
+                path,
+                query=query,
+                # The server ends the watch at timeoutSeconds; a connection that stops
+                # answering without closing (no FIN) must end too, not hang the caller.
+                timeout=(REQUEST_TIMEOUT, timeout + WATCH_GRACE),
+            )
+            try:
+                for event in watch_events(response):
+                    yield str(event["type"]), as_object(event["object"])
+            finally:  # also when the caller stops early: the connection is not reused
+                response.response.close()
+                response.response.release_conn()
+        except ApiError as e:
+            if e.status == 410:
+                raise Expired(f"{what}: resourceVersion {version} is too old") from e
+            raise error_for(e, what) from e
+        except urllib3.exceptions.HTTPError as e:  # cut, reset or stalled: run it again
+            raise Transient(f"{what}: connection lost: {type(e).__name__}") from e
+
+    def poll(
+        self, read: Callable[[], T], done: Callable[[T], bool], *, timeout: float, what: str
+    ) -> T:
+        """Read until `done` holds, every POLL_INTERVAL; Transient once `timeout` has passed."""
+        deadline = time.monotonic() + timeout
+        while not done(value := read()):
+            if time.monotonic() + POLL_INTERVAL > deadline:
+                raise Transient(f"still waiting for {what} after {timeout:g}s")
+            time.sleep(POLL_INTERVAL)
+        return value
+
+    # The project's requests, in its own words
+
+    def read_trainjob(self, namespace: str, name: str) -> dict[str, Any]:
+        """GET one TrainJob."""
+        return self.get(kinds.TRAINJOB, namespace, name)
+
+    def find_trainjob(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """GET one TrainJob; None when there is none."""
+        return self.find(kinds.TRAINJOB, namespace, name)
+
+    def create_trainjob(self, trainjob: Mapping[str, Any]) -> dict[str, Any] | None:
+        """POST a TrainJob; None when one of that name already exists."""
+        return self.create(kinds.TRAINJOB, trainjob)
+
+    def update_trainjob(self, trainjob: Mapping[str, Any], resource_version: str) -> dict[str, Any]:
+        """PUT the TrainJob only if the server still holds `resource_version` (else 409)."""
+        return self.update(kinds.TRAINJOB, trainjob, resource_version)
+
+    def list_trainjobs(
+        self, namespace: str, label_selector: str | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """LIST the namespace's TrainJobs page by page."""
+        return self.list_items(kinds.TRAINJOB, namespace, label_selector=label_selector or "")
+
+    def find_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """GET one ConfigMap (the ledger, core/rules/ledger.py); None when there is none."""
+        return self.find(kinds.CONFIG_MAP, namespace, name)
+
+    def create_config_map(self, config_map: Mapping[str, Any]) -> dict[str, Any] | None:
+        """POST a ConfigMap; None when one of that name already exists."""
+        return self.create(kinds.CONFIG_MAP, config_map)
+
+    def read_runtime(self, kind: str, name: str, namespace: str) -> dict[str, Any]:
+        """GET the (Cluster)TrainingRuntime a TrainJob names."""
+        return self.get(kinds.RUNTIMES[kind], namespace, name)
+
+    def find_runtime(self, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        """GET a (Cluster)TrainingRuntime; None when it is gone."""
+        if kind not in kinds.RUNTIMES:
+            return None  # not a kind Trainer serves: as good as gone
+        return self.find(kinds.RUNTIMES[kind], namespace, name)
+
+    def read_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """GET the JobSet Trainer made for a TrainJob; None before it exists."""
+        return self.find(kinds.JOBSET, namespace, name)
+
+    def list_jobsets(self, namespace: str) -> Iterator[dict[str, Any]]:
+        """LIST the namespace's JobSets page by page."""
+        return self.list_items(kinds.JOBSET, namespace)
+
+    def list_jobs(self, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        """LIST batch/v1 Jobs, all of the namespace without a selector."""
+        return [*self.list_items(kinds.JOB, namespace, label_selector=label_selector or "")]
+
+    def list_pods(
+        self, namespace: str, label_selector: str | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """LIST pods page by page, so a large JobSet never loads at once.
+
+        Each pod is dropped once it is passed on, so what the audit keeps per pod is not
+        scattered among a whole page's freed objects. No field selector narrows the list: the
+        audit reads finished pods too (their J, their slot), so none would be exact.
+        """
+        return self.list_items(kinds.POD, namespace, label_selector=label_selector or "")
+
+    def read_workload(self, namespace: str, name: str) -> dict[str, Any]:
+        """GET one Workload."""
+        return self.get(kinds.WORKLOAD, namespace, name)
+
+    def list_workloads(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        """LIST the Workloads that match a label selector."""
+        return [*self.list_items(kinds.WORKLOAD, namespace, label_selector=label_selector)]
+
+    def apply_workload_status(self, workload: Mapping[str, Any], *, manager: str) -> dict[str, Any]:
+        """Server-side apply to workloads/status; the body's resourceVersion is the precondition."""
+        return self.apply_status(kinds.WORKLOAD, workload, manager=manager)
+
+    def apply_admission_check_status(
+        self, check: Mapping[str, Any], *, manager: str
+    ) -> dict[str, Any]:
+        """Server-side apply to admissionchecks/status (its conditions are a map list)."""
+        return self.apply_status(kinds.ADMISSION_CHECK, check, manager=manager)
+
+    # A Lease request is tried once, within `timeout`: the elector retries on its own period
+    # and must know by its renew deadline whether it still leads, not a minute later.
+
+    def read_lease(self, namespace: str, name: str, *, timeout: float) -> dict[str, Any] | None:
+        """GET a Lease; None when there is none."""
+        return self.find(kinds.LEASE, namespace, name, timeout=timeout, attempts=1)
+
+    def write_lease(self, lease: Mapping[str, Any], *, timeout: float) -> dict[str, Any]:
+        """Create the Lease, or PUT it preconditioned on the resourceVersion it carries."""
+        meta = lease["metadata"]
+        version = meta.get("resourceVersion")
+        if version:
+            return self.update(kinds.LEASE, lease, version, timeout=timeout, attempts=1)
+        created = self.create(kinds.LEASE, lease, timeout=timeout, attempts=1)
+        if created is None:
+            what = kinds.LEASE.describe(meta["namespace"], meta["name"])
+            raise PreconditionFailed(f"{what}: created by another replica first")
+        return created
+
+    def emit_event(
+        self,
+        trainjob: Mapping[str, Any],
+        *,
+        event_type: events.EventType,
+        reason: str,
+        message: str,
+        step: str,
+    ) -> bool:
+        """POST one Event about a TrainJob, best effort: a failure is logged, never raised."""
+        import urllib3
+        from loguru import logger
+
+        event = events.build_event(
+            trainjob,
+            event_type=event_type,
+            reason=reason,
+            message=message,
+            step=step,
+            now=clock.now(),
+        )
+        path = kinds.EVENT.path(event["metadata"]["namespace"])
+        try:
+            self._json("POST", path, body=event, timeout=EVENT_TIMEOUT)
+        except ApiError as e:
+            logger.bind(status=e.status).warning(
+                f"cannot record Event {event['reason']}: {e.status} {e.message}"
+            )
+            return False
+        except urllib3.exceptions.HTTPError as e:
+            logger.warning(f"cannot record Event {event['reason']}: {type(e).__name__}")
+            return False
+        except Fenced:
+            return False  # this replica no longer leads: the next leader records it
+        return True

@@ -1,0 +1,64 @@
+"""List, then watch from the list's resourceVersion: one collection as a stream of events.
+
+Both watches use it: `dispatch-admit --wait` (until its deadline) and the controller's
+streams (resynced, until its term ends, controller/streams.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, Final
+
+from dispatch_k8s.core.rules.errors import Expired
+from dispatch_k8s.core.shell.gateway.client import Gateway
+from dispatch_k8s.core.shell.gateway.kinds import Kind
+
+LISTING: Final = "LISTING"  # a list begins: the items after it are the whole collection
+LISTED: Final = "LISTED"  # one item of the list
+SYNCED: Final = "SYNCED"  # the list is complete; the watch's events follow
+Event = tuple[str, dict[str, Any]]
+
+
+def list_then_watch(
+    gateway: Gateway,
+    kind: Kind,
+    namespace: str | None,
+    *,
+    watch_seconds: Callable[[], float],
+    label_selector: str = "",
+    relist: bool = False,
+) -> Iterator[Event]:
+    """LISTING, a LISTED per item, SYNCED, then the watch's events as (type, object).
+
+    Each watch lasts `watch_seconds()`; the stream ends once that is 0 or less. With
+    `relist`, a watch the server ends is followed by a new list; without, the next watch
+    goes on from the last version told, as client-go's reflector does, so nothing is read
+    twice and nothing is lost. A version too old to watch from (410 Gone) is listed again;
+    any other failure is raised.
+    """
+    while True:
+        yield LISTING, {}
+        rest: dict[str, Any] = {}
+        for item in gateway.list_items(kind, namespace, label_selector=label_selector, rest=rest):
+            yield LISTED, item
+        yield SYNCED, {}
+        version = rest["metadata"]["resourceVersion"]
+        try:
+            while (seconds := watch_seconds()) > 0:
+                for event_type, obj in gateway.watch(
+                    kind, namespace, version=version, timeout=seconds, label_selector=label_selector
+                ):
+                    told = obj.get("metadata", {}).get("resourceVersion")
+                    version = told if isinstance(told, str) and told else version
+                    yield event_type, obj
+                if relist:
+                    break
+            else:
+                return
+        except Expired:
+            continue
+
+
+def objects(events: Iterator[Event]) -> Iterator[dict[str, Any]]:
+    """Every version of the collection's objects, as listed, added and modified."""
+    return (obj for kind, obj in events if kind in (LISTED, "ADDED", "MODIFIED"))

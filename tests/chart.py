@@ -23,9 +23,8 @@ from typing import Any, Final
 import yaml
 
 from tests import dist
-from tests.cluster import binaries
-from tests.pipelines import kube
-from tests.pipelines.kube import Key
+from tests.cluster import binaries, kube
+from tests.cluster.kube import Key
 from tests.shipped import REPO, Manifest, default_image, version
 
 CHART: Final = REPO / "charts" / "dispatch-k8s"

@@ -31,8 +31,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import wire
+from tests.cluster import kube
 from tests.cluster.harness import CONTROLLER_USERS, KCM_USER
-from tests.pipelines import kube
 from tests.requests import trainjob_body
 from tests.shipped import PIPELINES, Manifest, documents
 from tests.wait import wait_until

@@ -19,8 +19,8 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from tests.cluster import engine
 from tests.cluster.harness import ControlPlane, ControlPlaneError
-from tests.images import engine
 
 # How often the idle loop checks that every component is still running.
 WATCH_SECONDS = 2.0
@@ -44,7 +44,7 @@ def _interrupt(signum: int, _frame: FrameType | None) -> None:
 
 def _install_node_runtime(plane: ControlPlane) -> None:
     """The shipped torch runtime shaped for the node, so a TrainJob of one's own runs there."""
-    from tests.node.executions import NODE_RUNTIME, TRAINER, node_runtime
+    from tests.support.executions import NODE_RUNTIME, TRAINER, node_runtime
 
     group, version = TRAINER
     plane.rest.post(f"/apis/{group}/{version}/clustertrainingruntimes", node_runtime())
@@ -75,8 +75,8 @@ def _install_controller(plane: ControlPlane, image: str) -> None:
     from kubernetes import client, config
 
     from tests.cluster.process import free_ports
-    from tests.node import controller
-    from tests.node.executions import api_port
+    from tests.support import node_controller
+    from tests.support.executions import api_port
 
     configuration = client.Configuration()
     config.load_kube_config(  # type: ignore[no-untyped-call]
@@ -84,7 +84,7 @@ def _install_controller(plane: ControlPlane, image: str) -> None:
     )
     ports = free_ports(2)
     with client.ApiClient(configuration) as api:
-        namespace = controller.install(
+        namespace = node_controller.install(
             api, image=image, api_port=api_port(plane.kubeconfig), ports=ports
         )
     served = ", ".join(f"127.0.0.1:{port}" for port in ports)

@@ -127,7 +127,7 @@ def ensure_images(paths: Mapping[str, Path]) -> EngineImages:
     Tags carry the binaries' cache entry and IMAGE_REVISION, so a rebuilt binary or a
     changed recipe gets a new image.
     """
-    from tests.images import engine
+    from tests.cluster import engine
 
     argoexec = f"local/argoexec:{paths['argoexec'].parent.name}-{IMAGE_REVISION}"
     tools = f"local/tekton-tools:{paths['entrypoint'].parent.name}-{IMAGE_REVISION}"
@@ -204,7 +204,7 @@ def _tekton_for_this_node(configmap: dict[str, Any], api_port: int) -> dict[str,
 
 def engine_crds(plane_rest: RestClient) -> list[str]:
     """Install every pinned CRD (the engines', prometheus-operator's); return their names."""
-    from tests.pipelines import crds
+    from tests.cluster import crds
 
     names = []
     for crd in crds.every_crd():

@@ -213,7 +213,7 @@ class ControlPlane:
         if self.node is not None:
             self.node.clean()
         if self._engine_started:  # the engine this plane's node started, and only that one
-            from tests.images import engine
+            from tests.cluster import engine
 
             engine.stop_ours()
             self._engine_started = False
@@ -330,7 +330,7 @@ class ControlPlane:
             self._start_node(self.node, paths)
 
     def _start_node(self, node: node_module.Node, paths: Mapping[str, Path]) -> None:
-        from tests.images import engine  # the Docker engine makes the node's images
+        from tests.cluster import engine  # the Docker engine makes the node's images
 
         began = time.monotonic()
         self._engine_started = not engine.engine_ready()

@@ -13,7 +13,7 @@ Everything stays on loopback and under the run directory (reference/node.md):
 - The kubelet changes three sysctls at start; they are restored when the node stops, and every
   container, mount and cgroup the node made is removed.
 - Images are made locally (no registry): a static pause image compiled from the Kubernetes
-  source, and the images `tests/images/engine.py` builds, imported with `ctr images import`.
+  source, and the images `tests/cluster/engine.py` builds, imported with `ctr images import`.
 """
 
 from __future__ import annotations

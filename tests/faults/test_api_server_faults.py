@@ -19,11 +19,14 @@ from kubernetes import client
 from dispatch_k8s.core.rules import trainjob, wire
 from dispatch_k8s.core.shell.gateway.api_errors import ATTEMPTS
 from dispatch_k8s.core.shell.gateway.client import REQUEST_TIMEOUT
+from tests.cluster import kube
 from tests.cluster.harness import ControlPlane
 from tests.conftest import Cluster
 from tests.faults.write_dropper import dropping_a_write
 from tests.integration.conftest import Step, blocked_admission, start_args
-from tests.integration.lifecycle import (
+from tests.kueue_objects import KueueSetup
+from tests.proxy import proxied
+from tests.support.lifecycle import (
     BIN,
     StepRun,
     content,
@@ -32,10 +35,7 @@ from tests.integration.lifecycle import (
     run_step,
     settled,
 )
-from tests.kueue_objects import KueueSetup
-from tests.pipelines import kube
-from tests.pipelines.identity import SERVICE_ACCOUNT, StepIdentity
-from tests.proxy import proxied
+from tests.support.step_identity import SERVICE_ACCOUNT, StepIdentity
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.cluster]

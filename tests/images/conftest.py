@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cluster import engine
 from tests.conftest import Cluster
-from tests.images import engine
 from tests.images.containers import Mount
 from tests.shipped import default_image
 

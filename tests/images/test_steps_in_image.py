@@ -18,7 +18,7 @@ from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.shell import output
-from tests.images import engine
+from tests.cluster import engine
 from tests.images.containers import ContainerRun, Mount, run_container
 from tests.pipelines import cli
 from tests.requests import request_flags

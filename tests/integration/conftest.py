@@ -14,11 +14,11 @@ from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import wire
 from tests.conftest import Cluster
-from tests.integration.lifecycle import DEADLINE, Kubelet, StepRun, admit_and_approve, run_step
 from tests.integration.team import team_member
 from tests.kueue_objects import KueueSetup
 from tests.policies import Policies
 from tests.requests import request_flags
+from tests.support.lifecycle import DEADLINE, Kubelet, StepRun, admit_and_approve, run_step
 from tests.wait import wait_until
 
 REPO: Final = Path(__file__).resolve().parents[2]

@@ -12,8 +12,8 @@ from typing import Any
 from kubernetes import client, watch
 
 from dispatch_k8s.core.rules import wire
-from tests.integration.lifecycle import TRAINER, as_dict
 from tests.kueue_objects import KUEUE
+from tests.support.lifecycle import TRAINER, as_dict
 
 
 @dataclass(frozen=True, slots=True)

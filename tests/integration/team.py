@@ -10,7 +10,7 @@ from typing import Final
 
 from kubernetes import client, config
 
-from tests.pipelines.identity import service_account_token, token_kubeconfig
+from tests.support.step_identity import service_account_token, token_kubeconfig
 
 NAME: Final = "team-member"
 EDIT: Final = ["get", "list", "watch", "create", "update", "patch", "delete"]

@@ -11,7 +11,8 @@ import pytest
 from kubernetes import client
 
 from tests.integration.conftest import Step, start_args, start_queued, wait_suspended
-from tests.integration.lifecycle import (
+from tests.kueue_objects import KueueSetup
+from tests.support.lifecycle import (
     Execution,
     Kubelet,
     admit_and_approve,
@@ -21,7 +22,6 @@ from tests.integration.lifecycle import (
     run_stage,
     wait_for_drained_jobset,
 )
-from tests.kueue_objects import KueueSetup
 
 pytestmark = [pytest.mark.integration, pytest.mark.policies("none")]
 

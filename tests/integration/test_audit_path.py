@@ -19,7 +19,7 @@ from kubernetes import client
 from dispatch_k8s.core.rules import wire
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args
-from tests.integration.lifecycle import (
+from tests.support.lifecycle import (
     BIN,
     DEADLINE,
     Kubelet,

@@ -4,7 +4,7 @@ replaced JobSet, a controller restarted mid-way loses nothing (it lists everythi
 and once a person clears a flag as the README says the next R is above every R the pods
 carried (README: A job flagged foreign, The auditor).
 
-Pods are moved by playing the kubelet (tests/integration/lifecycle.py): a pod failed by hand
+Pods are moved by playing the kubelet (tests/support/lifecycle.py): a pod failed by hand
 is what makes the real JobSet controller restart the job (J + 1) at a moment the test picks.
 """
 
@@ -21,7 +21,7 @@ from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args
 from tests.integration.controller import replicas
 from tests.integration.history import Execution, History
-from tests.integration.lifecycle import (
+from tests.support.lifecycle import (
     TRAINER,
     Kubelet,
     clear_flag,

@@ -14,7 +14,11 @@ from kubernetes import client
 from dispatch_k8s.core.rules import wire
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, blocked_admission, start_args, start_queued
-from tests.integration.lifecycle import (
+from tests.kueue_objects import KUEUE, KueueSetup, condition
+from tests.pipelines import render
+from tests.proxy import proxied
+from tests.requests import trainjob_body
+from tests.support.lifecycle import (
     BIN,
     DEADLINE,
     TRAINER,
@@ -22,10 +26,6 @@ from tests.integration.lifecycle import (
     admit_and_approve,
     run_step,
 )
-from tests.kueue_objects import KUEUE, KueueSetup, condition
-from tests.pipelines import render
-from tests.proxy import proxied
-from tests.requests import trainjob_body
 from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration

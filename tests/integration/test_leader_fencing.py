@@ -22,8 +22,8 @@ from tests.cluster.harness import ControlPlane
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args
 from tests.integration.controller import replicas
-from tests.integration.lifecycle import TRAINER, read_trainjob, run_stage
 from tests.proxy import proxied
+from tests.support.lifecycle import TRAINER, read_trainjob, run_stage
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.policies("none")]

@@ -19,7 +19,8 @@ from dispatch_k8s.core.shell.gateway import Gateway
 from dispatch_k8s.steps import start
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args
-from tests.integration.lifecycle import (
+from tests.policies import message
+from tests.support.lifecycle import (
     DEADLINE,
     TRAINER,
     Kubelet,
@@ -27,7 +28,6 @@ from tests.integration.lifecycle import (
     read_trainjob,
     run_stage,
 )
-from tests.policies import message
 from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration

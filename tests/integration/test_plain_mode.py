@@ -7,7 +7,7 @@ from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
 from tests.integration.conftest import Step, start_args, with_policies
-from tests.integration.lifecycle import (
+from tests.support.lifecycle import (
     Execution,
     Kubelet,
     read_trainjob,

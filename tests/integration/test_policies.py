@@ -17,7 +17,10 @@ from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import wire
 from tests.integration.conftest import Step, start_args, start_queued, wait_suspended
-from tests.integration.lifecycle import (
+from tests.kueue_objects import KUEUE, KueueSetup, condition
+from tests.policies import refused_with
+from tests.requests import trainjob_body
+from tests.support.lifecycle import (
     DEADLINE,
     JOBSET,
     TRAINER,
@@ -29,9 +32,6 @@ from tests.integration.lifecycle import (
     run_stage,
     wait_for_drained_jobset,
 )
-from tests.kueue_objects import KUEUE, KueueSetup, condition
-from tests.policies import refused_with
-from tests.requests import trainjob_body
 from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration

@@ -28,7 +28,8 @@ from kubernetes.client.exceptions import ApiException
 from dispatch_k8s.core.rules import wire
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args
-from tests.integration.lifecycle import (
+from tests.policies import refused_with
+from tests.support.lifecycle import (
     DEADLINE,
     JOBSET,
     TRAINER,
@@ -39,8 +40,7 @@ from tests.integration.lifecycle import (
     read_trainjob,
     run_stage,
 )
-from tests.pipelines.identity import install_identity
-from tests.policies import refused_with
+from tests.support.step_identity import install_identity
 from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ from dispatch_k8s.core.rules.errors import PreconditionFailed
 from dispatch_k8s.core.shell.gateway import Gateway
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args
-from tests.integration.lifecycle import TRAINER, content, read_trainjob, settled
+from tests.support.lifecycle import TRAINER, content, read_trainjob, settled
 from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration

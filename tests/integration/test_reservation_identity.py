@@ -18,8 +18,8 @@ from dispatch_k8s.core.shell.gateway import Gateway
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_queued
 from tests.integration.controller import replicas
-from tests.integration.lifecycle import DEADLINE, TRAINER, read_trainjob
 from tests.kueue_objects import KUEUE, KueueSetup, condition
+from tests.support.lifecycle import DEADLINE, TRAINER, read_trainjob
 from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
 from tests.integration.conftest import Step, start_args
-from tests.integration.lifecycle import (
+from tests.support.lifecycle import (
     DEADLINE,
     JOBSET,
     TRAINER,

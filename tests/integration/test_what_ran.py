@@ -12,9 +12,9 @@ from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
 from tests.integration.conftest import Step, start_args
-from tests.integration.lifecycle import DEADLINE, TRAINER, Kubelet, StepRun, run_stage
 from tests.requests import trainjob_body
 from tests.shipped import TORCH_RUNTIME, documents
+from tests.support.lifecycle import DEADLINE, TRAINER, Kubelet, StepRun, run_stage
 from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration

@@ -21,8 +21,7 @@ from pathlib import Path
 from kubernetes import client, config
 
 from tests.cluster.harness import ControlPlane
-from tests.integration.lifecycle import run_stage, run_step, wait_for_drained_jobset
-from tests.node.executions import (
+from tests.support.executions import (
     NODE_RUNTIME,
     RUNS,
     TRAINER,
@@ -31,6 +30,7 @@ from tests.node.executions import (
     printed,
     start_flags,
 )
+from tests.support.lifecycle import run_stage, run_step, wait_for_drained_jobset
 from tests.wait import wait_until
 
 

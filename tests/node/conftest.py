@@ -7,7 +7,7 @@ from tests.images.conftest import debian_image, docker_engine, step_image
 from tests.integration.conftest import custom, kueue, member, step, torch_runtime
 from tests.node.fixtures import real_node_runtime, step_image_on_node, training_images
 from tests.pipelines.conftest import steps_identity
-from tests.pipelines.controller_identity import controller_identity
+from tests.support.controller_identity import controller_identity
 
 __all__ = [
     "controller_identity",

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
+from tests.cluster import engine
 from tests.cluster.node import Node
 from tests.conftest import Cluster
-from tests.images import engine
-from tests.node.executions import NODE_RUNTIME, TRAINER, node_runtime
+from tests.support.executions import NODE_RUNTIME, TRAINER, node_runtime
 
 
 @pytest.fixture(scope="session")

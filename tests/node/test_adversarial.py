@@ -127,21 +127,14 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import wire
+from tests.cluster import kube
 from tests.conftest import Cluster
 from tests.integration.conftest import Step
 from tests.integration.controller import replicas
-from tests.integration.lifecycle import (
-    JOBSET,
-    add_foreign_admission_entry,
-    as_dict,
-    edit_trainjob,
-    read_trainjob,
-    run_stage,
-    wait_for_drained_jobset,
-)
 from tests.integration.team import NAME as MEMBER_NAME
 from tests.kueue_objects import KUEUE, KueueSetup, now
-from tests.node.executions import (
+from tests.policies import message
+from tests.support.executions import (
     DEADLINE,
     NODE_RUNTIME,
     RUNS,
@@ -150,9 +143,16 @@ from tests.node.executions import (
     printed,
     start_flags,
 )
-from tests.pipelines import kube
-from tests.pipelines.identity import StepIdentity
-from tests.policies import message
+from tests.support.lifecycle import (
+    JOBSET,
+    add_foreign_admission_entry,
+    as_dict,
+    edit_trainjob,
+    read_trainjob,
+    run_stage,
+    wait_for_drained_jobset,
+)
+from tests.support.step_identity import StepIdentity
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]

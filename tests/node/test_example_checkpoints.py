@@ -14,8 +14,8 @@ from epoch_checkpoints import Execution, latest, save
 from kubernetes import client
 
 from tests.integration.conftest import Step
-from tests.integration.lifecycle import run_stage, wait_for_drained_jobset
-from tests.node.executions import DEADLINE, TRAINER, execution_logs, node_runtime, start_flags
+from tests.support.executions import DEADLINE, TRAINER, execution_logs, node_runtime, start_flags
+from tests.support.lifecycle import run_stage, wait_for_drained_jobset
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]

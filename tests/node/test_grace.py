@@ -13,8 +13,7 @@ from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
 from tests.integration.conftest import Step
-from tests.integration.lifecycle import StepRun, run_stage
-from tests.node.executions import (
+from tests.support.executions import (
     DEADLINE,
     TRAINER,
     expected,
@@ -23,6 +22,7 @@ from tests.node.executions import (
     printed,
     start_flags,
 )
+from tests.support.lifecycle import StepRun, run_stage
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]

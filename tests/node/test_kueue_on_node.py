@@ -7,9 +7,8 @@ import pytest
 from kubernetes import client
 
 from tests.integration.conftest import Step
-from tests.integration.lifecycle import admit_and_approve
 from tests.kueue_objects import KueueSetup, condition
-from tests.node.executions import (
+from tests.support.executions import (
     DEADLINE,
     FINISHES,
     IDENTITY,
@@ -19,6 +18,7 @@ from tests.node.executions import (
     printed,
     start_flags,
 )
+from tests.support.lifecycle import admit_and_approve
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]

@@ -11,10 +11,10 @@ import pytest
 from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
-from tests.images.engine import BUSYBOX
+from tests.cluster.engine import BUSYBOX
 from tests.integration.conftest import Step
-from tests.integration.lifecycle import read_trainjob, run_stage, wait_for_drained_jobset
-from tests.node.executions import (
+from tests.requests import trainjob_body
+from tests.support.executions import (
     DEADLINE,
     IDENTITY,
     TRAIN,
@@ -25,7 +25,7 @@ from tests.node.executions import (
     printed,
     start_flags,
 )
-from tests.requests import trainjob_body
+from tests.support.lifecycle import read_trainjob, run_stage, wait_for_drained_jobset
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]

@@ -11,8 +11,8 @@ from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
 from tests.integration.conftest import Step
-from tests.integration.lifecycle import edit_trainjob, run_stage
-from tests.node.executions import DEADLINE, SHOW, pods, start_flags
+from tests.support.executions import DEADLINE, SHOW, pods, start_flags
+from tests.support.lifecycle import edit_trainjob, run_stage
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]

@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from tests.cluster import kube
 from tests.conftest import Cluster
 from tests.integration.conftest import Step
-from tests.integration.lifecycle import as_dict
-from tests.node.executions import (
+from tests.pipelines.render import JOBS
+from tests.shipped import documents
+from tests.support.executions import (
     DEADLINE,
     api_port,
     expected,
@@ -22,10 +24,8 @@ from tests.node.executions import (
     printed,
     start_flags,
 )
-from tests.pipelines import kube
-from tests.pipelines.identity import SERVICE_ACCOUNT, StepIdentity
-from tests.pipelines.render import JOBS
-from tests.shipped import documents
+from tests.support.lifecycle import as_dict
+from tests.support.step_identity import SERVICE_ACCOUNT, StepIdentity
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster, pytest.mark.images]

@@ -28,13 +28,9 @@ from typing import Any
 
 from kubernetes import client, config
 
+from tests.cluster import engine, kube
 from tests.cluster.harness import ControlPlane
-from tests.images import engine
-from tests.integration.lifecycle import as_dict, read_trainjob
 from tests.kueue_objects import KueueSetup, condition
-from tests.node.executions import NODE_RUNTIME, RUNS, TRAINER, node_runtime, pods, printed
-from tests.pipelines import kube
-from tests.pipelines.identity import install_identity
 from tests.pipelines.runs import (
     ARGO,
     ARGO_FILES,
@@ -47,6 +43,9 @@ from tests.pipelines.runs import (
     started_trainjob,
     submit_workflow,
 )
+from tests.support.executions import NODE_RUNTIME, RUNS, TRAINER, node_runtime, pods, printed
+from tests.support.lifecycle import as_dict, read_trainjob
+from tests.support.step_identity import install_identity
 from tests.wait import wait_until
 
 

@@ -12,17 +12,17 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
+from tests.cluster import crds, engine
 from tests.cluster.harness import ControlPlane
 from tests.conftest import EXISTING_CLUSTER_ENV, Cluster
-from tests.images import engine
 from tests.images.conftest import debian_image, docker_engine, step_image
 from tests.integration.conftest import custom, kueue, step
 from tests.node.fixtures import real_node_runtime, step_image_on_node
-from tests.pipelines import cli, crds
-from tests.pipelines.controller_identity import controller_identity
-from tests.pipelines.identity import StepIdentity, install_identity
+from tests.pipelines import cli
 from tests.pipelines.queues import Queues, install_queues
 from tests.shipped import install_runtime
+from tests.support.controller_identity import controller_identity
+from tests.support.step_identity import StepIdentity, install_identity
 
 
 @dataclass(frozen=True, slots=True)

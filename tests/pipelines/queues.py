@@ -16,7 +16,7 @@ from typing import Any, Final
 from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
-from tests.pipelines import kube
+from tests.cluster import kube
 from tests.shipped import PIPELINES, Manifest, documents
 from tests.wait import wait_until
 

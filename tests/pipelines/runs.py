@@ -12,13 +12,13 @@ from typing import Any, Final
 
 from kubernetes import client
 
-from tests.images.engine import BUSYBOX
-from tests.integration.lifecycle import as_dict, reset_jobset
+from tests.cluster import kube
+from tests.cluster.engine import BUSYBOX
 from tests.kueue_objects import KueueSetup
-from tests.node.executions import IDENTITY, printed
-from tests.pipelines import kube
-from tests.pipelines.identity import SERVICE_ACCOUNT
 from tests.shipped import PIPELINES, documents
+from tests.support.executions import IDENTITY, printed
+from tests.support.lifecycle import as_dict, reset_jobset
+from tests.support.step_identity import SERVICE_ACCOUNT
 from tests.wait import wait_until
 
 ARGO: Final = ("argoproj.io", "v1alpha1")

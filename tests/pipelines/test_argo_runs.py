@@ -11,22 +11,10 @@ from typing import Final
 import pytest
 from kubernetes import client
 
+from tests.cluster import kube
 from tests.conftest import Cluster
 from tests.integration.conftest import Step
-from tests.integration.lifecycle import as_dict, run_stage
 from tests.kueue_objects import KueueSetup, condition
-from tests.node.executions import (
-    FINISHES,
-    IDENTITY,
-    PREEMPTOR,
-    RUNS,
-    TRAIN,
-    api_port,
-    expected,
-    on_the_node,
-    printed,
-)
-from tests.pipelines import kube
 from tests.pipelines.render import JOBS
 from tests.pipelines.runs import (
     ARGO_FILES,
@@ -41,6 +29,18 @@ from tests.pipelines.runs import (
     workflow_ended,
 )
 from tests.shipped import Manifest, default_image, documents
+from tests.support.executions import (
+    FINISHES,
+    IDENTITY,
+    PREEMPTOR,
+    RUNS,
+    TRAIN,
+    api_port,
+    expected,
+    on_the_node,
+    printed,
+)
+from tests.support.lifecycle import as_dict, run_stage
 from tests.wait import wait_until
 
 pytestmark = [

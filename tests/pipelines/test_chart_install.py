@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 
 from tests import chart
-from tests.pipelines import kube
+from tests.cluster import kube
 from tests.pipelines.conftest import FreshPlane
 from tests.wait import wait_until
 

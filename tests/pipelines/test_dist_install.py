@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 
 from tests import dist
-from tests.pipelines import kube
+from tests.cluster import kube
 from tests.pipelines.conftest import FreshPlane
 from tests.shipped import Manifest, default_image
 from tests.wait import wait_until

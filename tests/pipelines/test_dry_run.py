@@ -13,7 +13,7 @@ from typing import Final
 import pytest
 from kubernetes import client
 
-from tests.pipelines import kube
+from tests.cluster import kube
 from tests.shipped import PIPELINES, Manifest, all_documents, documents
 
 pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 from kubernetes import client
 
-from tests.pipelines import kube
+from tests.cluster import kube
 from tests.shipped import Manifest, monitoring_object
 
 pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]

@@ -26,7 +26,9 @@ from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.shell import output
 from tests.conftest import Cluster
 from tests.pipelines import render
-from tests.pipelines.identity import (
+from tests.pipelines.queues import Queues
+from tests.shipped import TORCH_RUNTIME, Manifest, documents
+from tests.support.step_identity import (
     Rule,
     StepIdentity,
     StepRun,
@@ -35,8 +37,6 @@ from tests.pipelines.identity import (
     run_step,
     shipped_grants,
 )
-from tests.pipelines.queues import Queues
-from tests.shipped import TORCH_RUNTIME, Manifest, documents
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]

@@ -10,19 +10,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from tests.cluster import kube
 from tests.integration.conftest import Step
-from tests.integration.lifecycle import run_stage
 from tests.kueue_objects import KueueSetup
-from tests.node.executions import (
-    FINISHES,
-    IDENTITY,
-    PREEMPTOR,
-    RUNS,
-    TRAIN,
-    expected,
-    printed,
-)
-from tests.pipelines import kube
 from tests.pipelines.runs import (
     TEKTON_FILES,
     Ended,
@@ -36,6 +26,16 @@ from tests.pipelines.runs import (
     task_runs,
 )
 from tests.shipped import documents
+from tests.support.executions import (
+    FINISHES,
+    IDENTITY,
+    PREEMPTOR,
+    RUNS,
+    TRAIN,
+    expected,
+    printed,
+)
+from tests.support.lifecycle import run_stage
 
 pytestmark = [
     pytest.mark.engines,

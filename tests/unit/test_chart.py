@@ -12,7 +12,7 @@ from typing import Any, Final
 import pytest
 
 from tests import chart, dist
-from tests.pipelines import kube
+from tests.cluster import kube
 from tests.shipped import default_image
 
 # Values -> the overlay rendering the same choice.

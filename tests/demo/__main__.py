@@ -23,18 +23,10 @@ from typing import Final
 from kubernetes import client, config
 
 from dispatch_k8s.core.rules.identity import Identity
+from tests.cluster.engine import BUSYBOX
 from tests.cluster.harness import ControlPlane
-from tests.images.engine import BUSYBOX
-from tests.integration.lifecycle import (
-    StepRun,
-    admit_and_approve,
-    as_dict,
-    run_stage,
-    run_step,
-    wait_for_drained_jobset,
-)
 from tests.kueue_objects import KueueSetup, condition
-from tests.node.executions import (
+from tests.support.executions import (
     FINISHES,
     NODE_RUNTIME,
     RUNS,
@@ -45,6 +37,14 @@ from tests.node.executions import (
     node_runtime,
     printed,
     start_flags,
+)
+from tests.support.lifecycle import (
+    StepRun,
+    admit_and_approve,
+    as_dict,
+    run_stage,
+    run_step,
+    wait_for_drained_jobset,
 )
 from tests.wait import wait_until
 

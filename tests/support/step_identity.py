@@ -19,7 +19,7 @@ from typing import Any, Final
 import yaml
 from kubernetes import client, config
 
-from tests.pipelines import kube
+from tests.cluster import kube
 from tests.shipped import PIPELINES, Manifest, documents
 
 RBAC: Final = PIPELINES / "rbac" / "steps.yaml"

@@ -7,7 +7,7 @@ WorkflowTemplates, CronWorkflows, Tasks and Pipelines against the engines' own s
 schemas, whether or not the engines run (tests/cluster/engines.py), and pipelines/monitoring/'s
 ServiceMonitor and PrometheusRule against prometheus-operator's.
 
-`python -m tests.pipelines.crds download` fills the module cache (scripts/setup runs it).
+`python -m tests.cluster.crds download` fills the module cache (scripts/setup runs it).
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ from typing import Any, Final
 import yaml
 from kubernetes import client
 
-from tests.cluster import binaries
-from tests.pipelines import kube
+from tests.cluster import binaries, kube
 from tests.wait import wait_until
 
 VERSIONS_FILE: Final = binaries.VERSIONS_FILE
@@ -118,7 +117,7 @@ def install(api: client.ApiClient) -> list[str]:
 def main(argv: list[str]) -> int:
     """`download`: put every pinned module with CRDs into the module cache."""
     if argv != ["download"]:
-        sys.stderr.write("usage: python -m tests.pipelines.crds download\n")
+        sys.stderr.write("usage: python -m tests.cluster.crds download\n")
         return 2
     for engine in pinned():
         sys.stderr.write(f"{engine.name} {engine.version}: {source(engine)}\n")

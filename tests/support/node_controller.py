@@ -15,10 +15,10 @@ from typing import Any, Final
 
 from kubernetes import client
 
-from tests.node.executions import on_the_node
-from tests.pipelines import kube
-from tests.pipelines.controller_identity import CONTROLLER, DEPLOYMENT, RBAC
+from tests.cluster import kube
 from tests.shipped import documents
+from tests.support.controller_identity import CONTROLLER, DEPLOYMENT, RBAC
+from tests.support.executions import on_the_node
 
 SELECTOR: Final = "app.kubernetes.io/name=dispatch-admission-controller"
 

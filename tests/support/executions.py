@@ -15,13 +15,13 @@ from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.rules.identity import Counts, Identity
+from tests.cluster.engine import BUSYBOX
 from tests.cluster.engines import loopback_api_env
 from tests.cluster.node import TOLERATION
 from tests.cluster.process import LOOPBACK
-from tests.images.engine import BUSYBOX
-from tests.integration.lifecycle import as_dict
 from tests.shipped import TORCH_RUNTIME, documents
 from tests.support.identity import attempt_token, epoch
+from tests.support.lifecycle import as_dict
 from tests.wait import wait_until
 
 TRAINER: Final = (wire.TRAINER_GROUP, wire.TRAINER_VERSION)

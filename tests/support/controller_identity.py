@@ -10,15 +10,15 @@ from typing import Final
 import pytest
 from kubernetes import client
 
+from tests.cluster import kube
 from tests.conftest import Cluster
-from tests.pipelines import kube
-from tests.pipelines.identity import (
+from tests.shipped import PIPELINES
+from tests.support.step_identity import (
     StepIdentity,
     identity_objects,
     service_account_token,
     token_kubeconfig,
 )
-from tests.shipped import PIPELINES
 
 CONTROLLER: Final = PIPELINES / "controller"
 RBAC: Final = CONTROLLER / "10-rbac.yaml"

@@ -11,7 +11,7 @@ No image registry is reachable (reference/images.md), so nothing is pulled:
 - `local/no-shell:static` has no /bin/sh at all, like an image built `FROM scratch`.
 
 Images live in the engine's data root under ~/.cache/dispatch-k8s/docker, so each is made
-once per machine. `python -m tests.images.engine prepare` does everything (scripts/setup
+once per machine. `python -m tests.cluster.engine prepare` does everything (scripts/setup
 runs it); the pytest fixtures call the same functions, which return at once when done.
 """
 
@@ -101,7 +101,7 @@ def ensure_engine() -> None:
     """Start Debian's dockerd (no bridge, no iptables) unless an engine already answers.
 
     `.ci/run`, `python -m tests.cluster up` and a pytest run (the `docker_engine` fixture) stop
-    the one they started (`stop_ours`); `python -m tests.images.engine stop` stops it by hand.
+    the one they started (`stop_ours`); `python -m tests.cluster.engine stop` stops it by hand.
     """
     if engine_ready():
         return
@@ -374,7 +374,7 @@ def main(argv: list[str]) -> int:
         stop_ours()
         return 0
     if argv != ["prepare"]:
-        sys.stderr.write("usage: python -m tests.images.engine prepare|stop\n")
+        sys.stderr.write("usage: python -m tests.cluster.engine prepare|stop\n")
         return 2
     try:
         prepare()

@@ -1,6 +1,6 @@
 """Driving lifecycles on a real control plane: run the steps, play the kubelet, read executions.
 
-Shared by the integration tests and the demo (tests/demo.py). The steps run as the console
+Shared by the integration tests and the demo (tests/demo/__main__.py). The steps run as the console
 scripts users run. There is no kubelet: pods are moved by writing `pods/status`, and what an
 execution would see is read by resolving the pod's Downward API env from the live pod object
 and running the pod's own command (the real prologue) under /bin/sh.

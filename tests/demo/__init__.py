@@ -1,0 +1,1 @@
+"""The demo: the README's main job on the local cluster (`python -m tests.demo`)."""

@@ -1,10 +1,10 @@
 """Fixtures shared by every test that needs a cluster.
 
 `control_plane` starts the local control plane once per pytest run (tests/cluster/harness.py), or,
-when DISPATCH_TEST_KUBECONFIG names a kubeconfig, uses that cluster instead (DESIGN §4).
-`namespace` gives each test a fresh namespace and deletes it afterwards. The shipped admission
-policies are installed once (tests/policies.py) and apply in every test's namespace unless the
-test is marked `@pytest.mark.policies("guard")` (the ValidatingAdmissionPolicies only) or
+when DISPATCH_TEST_KUBECONFIG names a kubeconfig, uses that cluster instead (DESIGN §4). `namespace`
+gives each test a fresh namespace and deletes it afterwards. The shipped admission policies are
+installed once (tests/support/policies.py) and apply in every test's namespace unless the test is
+marked `@pytest.mark.policies("guard")` (the ValidatingAdmissionPolicies only) or
 `@pytest.mark.policies("none")`.
 """
 
@@ -24,11 +24,11 @@ from hypothesis import settings
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from tests import policies
 from tests.cluster import binaries
 from tests.cluster.harness import ControlPlane
-from tests.shipped import install_runtime
-from tests.wait import wait_until
+from tests.cluster.wait import wait_until
+from tests.support import policies
+from tests.support.shipped import install_runtime
 
 # No per-example deadline: tests assert behaviour, not speed (benchmarks measure that), and a
 # deadline trips at random on two busy cores.

@@ -36,11 +36,11 @@ import yaml
 from kubernetes import client, config, watch
 
 from tests.bench.steps import cluster_at, machine_line, say
+from tests.cluster.wait import wait_until
 from tests.integration.controller import Replica, replicas
-from tests.kueue_objects import KUEUE, KueueSetup, condition
-from tests.requests import trainjob_body
-from tests.shipped import REPO
-from tests.wait import wait_until
+from tests.support.kueue_objects import KUEUE, KueueSetup, condition
+from tests.support.requests import trainjob_body
+from tests.support.shipped import REPO
 
 CONCURRENCY: Final = (1, 10, 100)
 ROUNDS: Final = {1: 20, 10: 5, 100: 2}  # about the same number of Workloads at each N

@@ -50,11 +50,11 @@ from kubernetes import client, config, watch
 from dispatch_k8s.core.rules import decisions, trainjob, wire
 from tests.bench.admission import cpu_seconds, memory_mib, p50_p99
 from tests.bench.steps import cluster_at, machine_line, say
+from tests.cluster.wait import wait_until
 from tests.integration.controller import Replica, replicas
-from tests.requests import trainjob_body
-from tests.shipped import REPO
 from tests.support.lifecycle import JOBSET, TRAINER, as_dict
-from tests.wait import wait_until
+from tests.support.requests import trainjob_body
+from tests.support.shipped import REPO
 
 WORKERS: Final = 8  # concurrent requests while the jobs are made
 RESYNC: Final = ("--resync-seconds", "60")  # the controller's default

@@ -38,8 +38,8 @@ from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import trainjob, wire
 from tests.cluster import binaries
-from tests.requests import trainjob_body
-from tests.wait import wait_until
+from tests.cluster.wait import wait_until
+from tests.support.requests import trainjob_body
 
 REPO: Final = Path(__file__).resolve().parents[2]
 BIN: Final = Path(sys.executable).parent

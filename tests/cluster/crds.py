@@ -25,7 +25,7 @@ import yaml
 from kubernetes import client
 
 from tests.cluster import binaries, kube
-from tests.wait import wait_until
+from tests.cluster.wait import wait_until
 
 VERSIONS_FILE: Final = binaries.VERSIONS_FILE
 CRD_API: Final = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")

@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import Final
 
-from tests.wait import wait_until
+from tests.cluster.wait import wait_until
 
 DEBIAN_BASE: Final = "local/debian-python:bookworm"
 BUSYBOX: Final = "local/busybox:static"
@@ -51,6 +51,8 @@ TRIMMED: Final = (
 # in, and what the tests' user commands call.
 BUSYBOX_LINKS: Final = ("sh", "printf", "env", "cat")
 ENGINE_START_TIMEOUT: Final = 90.0
+# images/build.sh, which the step image is built by exactly as users build it.
+BUILD_SCRIPT: Final = Path(__file__).resolve().parents[2] / "images" / "build.sh"
 STEP_IMAGE_BUILD_TIMEOUT: Final = 900  # seconds: a cold build downloads every dependency wheel
 
 
@@ -307,8 +309,6 @@ def ensure_pause_image(tag: str, source: Path) -> None:
 def build_step_image() -> str:
     """The step image, built by images/build.sh exactly as users build it, on the local
     Debian base (made first if missing); returns the tag build.sh printed."""
-    from tests.shipped import BUILD_SCRIPT
-
     ensure_debian_base()
     done = subprocess.run(
         # The engine has no bridge network, so build steps share the host's.

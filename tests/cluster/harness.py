@@ -32,7 +32,7 @@ from tests.cluster import node as node_module
 from tests.cluster.process import LOOPBACK, Process, free_ports
 from tests.cluster.relay import UnixToLoopback
 from tests.cluster.rest import ApiError, RestClient
-from tests.wait import wait_until
+from tests.cluster.wait import wait_until
 
 T = TypeVar("T")
 
@@ -70,13 +70,14 @@ ADMIN_USER: Final = "dispatch-admin"
 ADMIN_GROUPS: Final = ("system:masters",)
 # kube-controller-manager's own identity, as kubeadm gives it: with
 # --use-service-account-credentials=false its garbage and namespace controllers act as this
-# user, which the path guard (pipelines/policies/guard-path.yaml) is told (tests/policies.py).
+# user, which the path guard (pipelines/policies/guard-path.yaml) is told
+# (tests/support/policies.py).
 KCM_USER: Final = "system:kube-controller-manager"
 # The JobSet, Kueue and Trainer controllers' identities: each its own, as each has its own
 # ServiceAccount in an install, so the path guard (pipelines/policies/guard-path.yaml), which
 # trusts each controller for its own objects only, is tested telling them apart and apart from
-# the admin (tests/policies.py gives it these names). Each also in system:masters: their RBAC
-# is not what these tests are about.
+# the admin (tests/support/policies.py gives it these names). Each also in system:masters:
+# their RBAC is not what these tests are about.
 CONTROLLER_USERS: Final = {name: f"dispatch-test:{name}-controller" for name in CONTROLLER_ORDER}
 # The node's identities. Tests only: each also in system:masters, rather than the Node
 # authorizer and the bootstrap roles, so the node's RBAC is not what these tests are about.

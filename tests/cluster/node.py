@@ -35,7 +35,7 @@ from typing import Any, Final
 import yaml
 
 from tests.cluster.process import LOOPBACK, Process
-from tests.wait import wait_until
+from tests.cluster.wait import wait_until
 
 NODE_NAME: Final = "localhost"  # resolves to 127.0.0.1: the API server reaches the kubelet there
 PAUSE_IMAGE: Final = "local/pause:3.10"

@@ -19,7 +19,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.wait import wait_until
+from tests.cluster.wait import wait_until
 
 pytestmark = pytest.mark.cluster
 

@@ -25,7 +25,7 @@ from kubernetes import client, config
 from dispatch_k8s.core.rules.identity import Identity
 from tests.cluster.engine import BUSYBOX
 from tests.cluster.harness import ControlPlane
-from tests.kueue_objects import KueueSetup, condition
+from tests.cluster.wait import wait_until
 from tests.support.executions import (
     FINISHES,
     NODE_RUNTIME,
@@ -38,6 +38,7 @@ from tests.support.executions import (
     printed,
     start_flags,
 )
+from tests.support.kueue_objects import KueueSetup, condition
 from tests.support.lifecycle import (
     StepRun,
     admit_and_approve,
@@ -46,7 +47,6 @@ from tests.support.lifecycle import (
     run_step,
     wait_for_drained_jobset,
 )
-from tests.wait import wait_until
 
 CLUSTER_START_SECONDS: Final = 60  # the local cluster with its node, warm, here
 

@@ -21,11 +21,11 @@ from dispatch_k8s.core.shell.gateway.api_errors import ATTEMPTS
 from dispatch_k8s.core.shell.gateway.client import REQUEST_TIMEOUT
 from tests.cluster import kube
 from tests.cluster.harness import ControlPlane
+from tests.cluster.wait import wait_until
 from tests.conftest import Cluster
 from tests.faults.write_dropper import dropping_a_write
 from tests.integration.conftest import Step, blocked_admission, start_args
-from tests.kueue_objects import KueueSetup
-from tests.proxy import proxied
+from tests.support.kueue_objects import KueueSetup
 from tests.support.lifecycle import (
     BIN,
     StepRun,
@@ -35,8 +35,8 @@ from tests.support.lifecycle import (
     run_step,
     settled,
 )
+from tests.support.proxy import proxied
 from tests.support.step_identity import SERVICE_ACCOUNT, StepIdentity
-from tests.wait import wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.cluster]
 # 4 attempts with 0.5 + 1 + 2 s of backoff, and a step's start-up of about 1.5 s here.

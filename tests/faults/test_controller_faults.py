@@ -12,11 +12,11 @@ from kubernetes import client
 from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.rules.errors import Fenced
 from tests.cluster.harness import ControlPlane
+from tests.cluster.wait import wait_until
 from tests.integration.conftest import Step, start_queued
 from tests.integration.controller import admitted, replicas
-from tests.kueue_objects import KueueSetup
+from tests.support.kueue_objects import KueueSetup
 from tests.support.lifecycle import TRAINER, read_trainjob
-from tests.wait import wait_until
 
 pytestmark = pytest.mark.faults
 

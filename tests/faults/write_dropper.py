@@ -22,7 +22,7 @@ from typing import BinaryIO, Final
 
 import yaml
 
-from tests.proxy import LOOPBACK, reset
+from tests.support.proxy import LOOPBACK, reset
 
 WRITES: Final = frozenset({b"POST", b"PUT", b"PATCH", b"DELETE"})
 ANSWER_WAIT: Final = 10.0  # seconds for the API server to answer the write it applies

@@ -11,7 +11,7 @@ import pytest
 from tests.cluster import engine
 from tests.conftest import Cluster
 from tests.images.containers import Mount
-from tests.shipped import default_image
+from tests.support.shipped import default_image
 
 
 @pytest.fixture(scope="session")

@@ -21,9 +21,9 @@ from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.rules.identity import Counts, Identity
 from dispatch_k8s.core.rules.prologue import EXIT_REFUSED
 from tests.images.containers import Mount, container, run_container
-from tests.shells import resolve_downward_env
-from tests.shipped import RUNTIMES
 from tests.support.identity import attempt_token, epoch
+from tests.support.shells import resolve_downward_env
+from tests.support.shipped import RUNTIMES
 
 pytestmark = pytest.mark.images
 IDENTITY: Final = Identity(job_id="train-42", generation=3, submission=7, attempt=2)

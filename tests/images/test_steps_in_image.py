@@ -21,8 +21,8 @@ from dispatch_k8s.core.shell import output
 from tests.cluster import engine
 from tests.images.containers import ContainerRun, Mount, run_container
 from tests.pipelines import cli
-from tests.requests import request_flags
-from tests.shipped import RUNTIMES, install_runtime
+from tests.support.requests import request_flags
+from tests.support.shipped import RUNTIMES, install_runtime
 
 pytestmark = pytest.mark.images
 KUBECONFIG: Final = "/kube/config"

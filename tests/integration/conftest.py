@@ -13,13 +13,13 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import wire
+from tests.cluster.wait import wait_until
 from tests.conftest import Cluster
 from tests.integration.team import team_member
-from tests.kueue_objects import KueueSetup
-from tests.policies import Policies
-from tests.requests import request_flags
+from tests.support.kueue_objects import KueueSetup
 from tests.support.lifecycle import DEADLINE, Kubelet, StepRun, admit_and_approve, run_step
-from tests.wait import wait_until
+from tests.support.policies import Policies
+from tests.support.requests import request_flags
 
 REPO: Final = Path(__file__).resolve().parents[2]
 RUNTIMES: Final = REPO / "pipelines" / "runtimes"

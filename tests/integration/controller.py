@@ -21,9 +21,9 @@ from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
 from tests.cluster.process import free_ports
-from tests.kueue_objects import KUEUE, KueueSetup, condition
+from tests.cluster.wait import wait_until
+from tests.support.kueue_objects import KUEUE, KueueSetup, condition
 from tests.support.lifecycle import BIN, DEADLINE, TRAINER
-from tests.wait import wait_until
 
 READY_TIMEOUT: Final = 60.0
 

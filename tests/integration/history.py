@@ -12,7 +12,7 @@ from typing import Any
 from kubernetes import client, watch
 
 from dispatch_k8s.core.rules import wire
-from tests.kueue_objects import KUEUE
+from tests.support.kueue_objects import KUEUE
 from tests.support.lifecycle import TRAINER, as_dict
 
 

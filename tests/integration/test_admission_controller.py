@@ -12,13 +12,13 @@ import pytest
 from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
+from tests.cluster.wait import wait_until
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args, start_queued
 from tests.integration.controller import admitted, other_teams_trainjob, replicas, workload_of
 from tests.integration.history import History
-from tests.kueue_objects import KUEUE, KueueSetup, condition
+from tests.support.kueue_objects import KUEUE, KueueSetup, condition
 from tests.support.lifecycle import DEADLINE, TRAINER, Kubelet, read_trainjob, run_stage
-from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client
 
 from tests.integration.conftest import Step, start_args, start_queued, wait_suspended
-from tests.kueue_objects import KueueSetup
+from tests.support.kueue_objects import KueueSetup
 from tests.support.lifecycle import (
     Execution,
     Kubelet,

@@ -17,6 +17,7 @@ import pytest
 from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
+from tests.cluster.wait import wait_until
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args
 from tests.support.lifecycle import (
@@ -28,7 +29,6 @@ from tests.support.lifecycle import (
     read_trainjob,
     run_stage,
 )
-from tests.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.policies("none")]
 

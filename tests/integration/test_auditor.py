@@ -17,6 +17,7 @@ import pytest
 from kubernetes import client
 
 from dispatch_k8s.core.rules import events, wire
+from tests.cluster.wait import wait_until
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args
 from tests.integration.controller import replicas
@@ -31,7 +32,6 @@ from tests.support.lifecycle import (
     run_stage,
     wait_for_drained_jobset,
 )
-from tests.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.policies("none")]
 # Long enough that only a watch event, not a resync, can make the auditor look in time.

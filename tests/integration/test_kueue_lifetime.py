@@ -12,12 +12,11 @@ import pytest
 from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
+from tests.cluster.wait import wait_until
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, blocked_admission, start_args, start_queued
-from tests.kueue_objects import KUEUE, KueueSetup, condition
 from tests.pipelines import render
-from tests.proxy import proxied
-from tests.requests import trainjob_body
+from tests.support.kueue_objects import KUEUE, KueueSetup, condition
 from tests.support.lifecycle import (
     BIN,
     DEADLINE,
@@ -26,7 +25,8 @@ from tests.support.lifecycle import (
     admit_and_approve,
     run_step,
 )
-from tests.wait import wait_until
+from tests.support.proxy import proxied
+from tests.support.requests import trainjob_body
 
 pytestmark = pytest.mark.integration
 WATCH_SETTLES: Final = 4.0  # seconds after connecting: a step starts and reads in about 1.5

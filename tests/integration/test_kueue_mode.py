@@ -8,10 +8,10 @@ import pytest
 from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
+from tests.cluster.wait import wait_until
 from tests.integration.conftest import Step, start_args, with_policies
-from tests.kueue_objects import KUEUE, KueueSetup, condition
+from tests.support.kueue_objects import KUEUE, KueueSetup, condition
 from tests.support.lifecycle import DEADLINE, TRAINER, Kubelet, admit_and_approve, read_trainjob
-from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

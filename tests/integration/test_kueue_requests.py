@@ -11,10 +11,10 @@ from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.rules.workload import evictions
+from tests.cluster.wait import wait_until
 from tests.integration.conftest import Step, start_args, start_queued, with_policies
-from tests.kueue_objects import KueueSetup, condition
+from tests.support.kueue_objects import KueueSetup, condition
 from tests.support.lifecycle import DEADLINE, Kubelet, admit_and_approve, read_trainjob
-from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

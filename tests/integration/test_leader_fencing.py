@@ -19,12 +19,12 @@ from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
 from tests.cluster.harness import ControlPlane
+from tests.cluster.wait import wait_until
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args
 from tests.integration.controller import replicas
-from tests.proxy import proxied
 from tests.support.lifecycle import TRAINER, read_trainjob, run_stage
-from tests.wait import wait_until
+from tests.support.proxy import proxied
 
 pytestmark = [pytest.mark.integration, pytest.mark.policies("none")]
 LEASE_SECONDS: Final = 6  # tests/integration/controller.py runs every replica with it

@@ -17,9 +17,9 @@ from dispatch_k8s.core.rules import ledger, runtime, trainjob, wire
 from dispatch_k8s.core.rules.request import StartRequest
 from dispatch_k8s.core.shell.gateway import Gateway
 from dispatch_k8s.steps import start
+from tests.cluster.wait import wait_until
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args
-from tests.policies import message
 from tests.support.lifecycle import (
     DEADLINE,
     TRAINER,
@@ -28,7 +28,7 @@ from tests.support.lifecycle import (
     read_trainjob,
     run_stage,
 )
-from tests.wait import wait_until
+from tests.support.policies import message
 
 pytestmark = pytest.mark.integration
 STARTERS: Final = 4
@@ -241,7 +241,7 @@ def test_a_claim_left_by_a_start_cut_off_before_its_trainjob_lets_the_same_reque
 
 def refused_by_keep_ledger(attempt: Any) -> str:
     """The message once the ledger policy refuses `attempt` (it acts shortly after it is
-    created: tests/policies.py waits for the TrainJob guard, not for this one)."""
+    created: tests/support/policies.py waits for the TrainJob guard, not for this one)."""
 
     def refused() -> str | None:
         try:

@@ -16,10 +16,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import wire
+from tests.cluster.wait import wait_until
 from tests.integration.conftest import Step, start_args, start_queued, wait_suspended
-from tests.kueue_objects import KUEUE, KueueSetup, condition
-from tests.policies import refused_with
-from tests.requests import trainjob_body
+from tests.support.kueue_objects import KUEUE, KueueSetup, condition
 from tests.support.lifecycle import (
     DEADLINE,
     JOBSET,
@@ -32,7 +31,8 @@ from tests.support.lifecycle import (
     run_stage,
     wait_for_drained_jobset,
 )
-from tests.wait import wait_until
+from tests.support.policies import refused_with
+from tests.support.requests import trainjob_body
 
 pytestmark = pytest.mark.integration
 OPEN: Final = {"spec": {"suspend": False}}

@@ -9,7 +9,7 @@ leaves the object as it was. The controllers' own writes on the same objects go 
 probe TrainJob's JobSet and Jobs here are built while the rules are in force, and
 test_plain_mode.py, test_policies.py and test_kueue_mode.py run whole lifecycles (open, JobSet
 restart, hold, release, garbage collection) under them, as the local control plane's
-controller identities (tests/policies.py), not the shipped defaults.
+controller identities (tests/support/policies.py), not the shipped defaults.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import wire
+from tests.cluster.wait import wait_until
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args
-from tests.policies import refused_with
 from tests.support.lifecycle import (
     DEADLINE,
     JOBSET,
@@ -40,8 +40,8 @@ from tests.support.lifecycle import (
     read_trainjob,
     run_stage,
 )
+from tests.support.policies import refused_with
 from tests.support.step_identity import install_identity
-from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration
 OTHER_MANAGER: Final = "example.com/other"

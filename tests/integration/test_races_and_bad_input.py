@@ -12,10 +12,10 @@ from kubernetes.client.exceptions import ApiException
 from dispatch_k8s.core.rules import trainjob, wire
 from dispatch_k8s.core.rules.errors import PreconditionFailed
 from dispatch_k8s.core.shell.gateway import Gateway
+from tests.cluster.wait import wait_until
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_args
 from tests.support.lifecycle import TRAINER, content, read_trainjob, settled
-from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration
 RAISERS = 8

@@ -15,12 +15,12 @@ from kubernetes import client, watch
 from dispatch_k8s.controller.reconcile import Gatekeeper
 from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.shell.gateway import Gateway
+from tests.cluster.wait import wait_until
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_queued
 from tests.integration.controller import replicas
-from tests.kueue_objects import KUEUE, KueueSetup, condition
+from tests.support.kueue_objects import KUEUE, KueueSetup, condition
 from tests.support.lifecycle import DEADLINE, TRAINER, read_trainjob
-from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -10,6 +10,7 @@ import pytest
 from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
+from tests.cluster.wait import wait_until
 from tests.integration.conftest import Step, start_args
 from tests.support.lifecycle import (
     DEADLINE,
@@ -21,7 +22,6 @@ from tests.support.lifecycle import (
     read_trainjob,
     run_stage,
 )
-from tests.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.policies("none")]
 

@@ -11,11 +11,11 @@ import pytest
 from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
+from tests.cluster.wait import wait_until
 from tests.integration.conftest import Step, start_args
-from tests.requests import trainjob_body
-from tests.shipped import TORCH_RUNTIME, documents
 from tests.support.lifecycle import DEADLINE, TRAINER, Kubelet, StepRun, run_stage
-from tests.wait import wait_until
+from tests.support.requests import trainjob_body
+from tests.support.shipped import TORCH_RUNTIME, documents
 
 pytestmark = pytest.mark.integration
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from kubernetes import client, config
 
 from tests.cluster.harness import ControlPlane
+from tests.cluster.wait import wait_until
 from tests.support.executions import (
     NODE_RUNTIME,
     RUNS,
@@ -31,7 +32,6 @@ from tests.support.executions import (
     start_flags,
 )
 from tests.support.lifecycle import run_stage, run_step, wait_for_drained_jobset
-from tests.wait import wait_until
 
 
 def _summary(label: str, seconds: list[float]) -> str:

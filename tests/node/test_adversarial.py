@@ -3,8 +3,8 @@
 make on the way from the TrainJob to the container, object by object and verb by verb.
 
 Each cell of the matrix below is one small attack function, tried once per policy install
-(tests/policies.py: `all` both policies, `guard` the ValidatingAdmissionPolicies alone, `none`
-detection only), with what that install must do:
+(tests/support/policies.py: `all` both policies, `guard` the ValidatingAdmissionPolicies alone,
+`none` detection only), with what that install must do:
 
 - `refused RULE`: the API server refuses it, HTTP 403 naming `dispatch-k8s guard RULE:`;
 - `flagged`: accepted, and `dispatch-audit` then exits 7 with the cell's message fragment and
@@ -128,12 +128,11 @@ from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import wire
 from tests.cluster import kube
+from tests.cluster.wait import wait_until
 from tests.conftest import Cluster
 from tests.integration.conftest import Step
 from tests.integration.controller import replicas
 from tests.integration.team import NAME as MEMBER_NAME
-from tests.kueue_objects import KUEUE, KueueSetup, now
-from tests.policies import message
 from tests.support.executions import (
     DEADLINE,
     NODE_RUNTIME,
@@ -143,6 +142,7 @@ from tests.support.executions import (
     printed,
     start_flags,
 )
+from tests.support.kueue_objects import KUEUE, KueueSetup, now
 from tests.support.lifecycle import (
     JOBSET,
     add_foreign_admission_entry,
@@ -152,8 +152,8 @@ from tests.support.lifecycle import (
     run_stage,
     wait_for_drained_jobset,
 )
+from tests.support.policies import message
 from tests.support.step_identity import StepIdentity
-from tests.wait import wait_until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 Install = Literal["all", "guard", "none"]

@@ -9,16 +9,16 @@ from kubernetes import client
 from dispatch_k8s.core.rules import wire
 from tests.cluster import kube
 from tests.cluster.process import free_ports
+from tests.cluster.wait import wait_until
 from tests.conftest import Cluster
 from tests.integration.conftest import Step, start_queued
 from tests.integration.controller import admitted
-from tests.kueue_objects import KueueSetup
 from tests.support.controller_identity import SERVICE_ACCOUNT
 from tests.support.executions import DEADLINE, api_port
+from tests.support.kueue_objects import KueueSetup
 from tests.support.lifecycle import as_dict, read_trainjob
 from tests.support.node_controller import SELECTOR, replica_on_the_node, shipped_deployment
 from tests.support.step_identity import StepIdentity
-from tests.wait import wait_until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster, pytest.mark.images]
 

@@ -12,6 +12,7 @@ import pytest
 from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
+from tests.cluster.wait import wait_until
 from tests.integration.conftest import Step
 from tests.support.executions import (
     DEADLINE,
@@ -23,7 +24,6 @@ from tests.support.executions import (
     start_flags,
 )
 from tests.support.lifecycle import StepRun, run_stage
-from tests.wait import wait_until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 GRACE_SECONDS: Final = 20

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
+from tests.cluster.wait import wait_until
 from tests.integration.conftest import Step
-from tests.kueue_objects import KueueSetup, condition
 from tests.support.executions import (
     DEADLINE,
     FINISHES,
@@ -18,8 +18,8 @@ from tests.support.executions import (
     printed,
     start_flags,
 )
+from tests.support.kueue_objects import KueueSetup, condition
 from tests.support.lifecycle import admit_and_approve
-from tests.wait import wait_until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 

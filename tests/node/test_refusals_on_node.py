@@ -10,10 +10,10 @@ import pytest
 from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
+from tests.cluster.wait import wait_until
 from tests.integration.conftest import Step
 from tests.support.executions import DEADLINE, SHOW, pods, start_flags
 from tests.support.lifecycle import edit_trainjob, run_stage
-from tests.wait import wait_until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 

@@ -12,10 +12,10 @@ import pytest
 from kubernetes import client
 
 from tests.cluster import kube
+from tests.cluster.wait import wait_until
 from tests.conftest import Cluster
 from tests.integration.conftest import Step
 from tests.pipelines.render import JOBS
-from tests.shipped import documents
 from tests.support.executions import (
     DEADLINE,
     api_port,
@@ -25,8 +25,8 @@ from tests.support.executions import (
     start_flags,
 )
 from tests.support.lifecycle import as_dict
+from tests.support.shipped import documents
 from tests.support.step_identity import SERVICE_ACCOUNT, StepIdentity
-from tests.wait import wait_until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster, pytest.mark.images]
 

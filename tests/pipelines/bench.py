@@ -30,7 +30,7 @@ from kubernetes import client, config
 
 from tests.cluster import engine, kube
 from tests.cluster.harness import ControlPlane
-from tests.kueue_objects import KueueSetup, condition
+from tests.cluster.wait import wait_until
 from tests.pipelines.runs import (
     ARGO,
     ARGO_FILES,
@@ -44,9 +44,9 @@ from tests.pipelines.runs import (
     submit_workflow,
 )
 from tests.support.executions import NODE_RUNTIME, RUNS, TRAINER, node_runtime, pods, printed
+from tests.support.kueue_objects import KueueSetup, condition
 from tests.support.lifecycle import as_dict, read_trainjob
 from tests.support.step_identity import install_identity
-from tests.wait import wait_until
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from typing import Final, get_type_hints
 
 from dispatch_k8s.core.shell.settings import StartSettings, StepSettings, load_settings
 from tests.pipelines.render import Invocation
-from tests.shipped import REPO
+from tests.support.shipped import REPO
 
 # Helper containers that are not steps: the Argo `exit` template and Tekton's write-request
 # step run the image's Python on a fixed one-line program.

@@ -20,8 +20,8 @@ from tests.integration.conftest import custom, kueue, step
 from tests.node.fixtures import real_node_runtime, step_image_on_node
 from tests.pipelines import cli
 from tests.pipelines.queues import Queues, install_queues
-from tests.shipped import install_runtime
 from tests.support.controller_identity import controller_identity
+from tests.support.shipped import install_runtime
 from tests.support.step_identity import StepIdentity, install_identity
 
 

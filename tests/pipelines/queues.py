@@ -17,8 +17,8 @@ from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
 from tests.cluster import kube
-from tests.shipped import PIPELINES, Manifest, documents
-from tests.wait import wait_until
+from tests.cluster.wait import wait_until
+from tests.support.shipped import PIPELINES, Manifest, documents
 
 KUEUE: Final = PIPELINES / "kueue"
 FILES: Final = ("admission-check.yaml", "example-queues.yaml", "example-local-queue.yaml")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from tests.shipped import PIPELINES, Manifest, documents
+from tests.support.shipped import PIPELINES, Manifest, documents
 
 ARGO: Final = PIPELINES / "argo"
 TEKTON: Final = PIPELINES / "tekton"

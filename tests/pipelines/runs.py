@@ -14,12 +14,12 @@ from kubernetes import client
 
 from tests.cluster import kube
 from tests.cluster.engine import BUSYBOX
-from tests.kueue_objects import KueueSetup
-from tests.shipped import PIPELINES, documents
+from tests.cluster.wait import wait_until
 from tests.support.executions import IDENTITY, printed
+from tests.support.kueue_objects import KueueSetup
 from tests.support.lifecycle import as_dict, reset_jobset
+from tests.support.shipped import PIPELINES, documents
 from tests.support.step_identity import SERVICE_ACCOUNT
-from tests.wait import wait_until
 
 ARGO: Final = ("argoproj.io", "v1alpha1")
 TEKTON: Final = ("tekton.dev", "v1")

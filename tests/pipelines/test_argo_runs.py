@@ -12,9 +12,9 @@ import pytest
 from kubernetes import client
 
 from tests.cluster import kube
+from tests.cluster.wait import wait_until
 from tests.conftest import Cluster
 from tests.integration.conftest import Step
-from tests.kueue_objects import KueueSetup, condition
 from tests.pipelines.render import JOBS
 from tests.pipelines.runs import (
     ARGO_FILES,
@@ -28,7 +28,6 @@ from tests.pipelines.runs import (
     submit_workflow,
     workflow_ended,
 )
-from tests.shipped import Manifest, default_image, documents
 from tests.support.executions import (
     FINISHES,
     IDENTITY,
@@ -40,8 +39,9 @@ from tests.support.executions import (
     on_the_node,
     printed,
 )
+from tests.support.kueue_objects import KueueSetup, condition
 from tests.support.lifecycle import as_dict, run_stage
-from tests.wait import wait_until
+from tests.support.shipped import Manifest, default_image, documents
 
 pytestmark = [
     pytest.mark.engines,

@@ -15,10 +15,10 @@ from typing import Final
 import pytest
 from kubernetes import client
 
-from tests import chart
 from tests.cluster import kube
+from tests.cluster.wait import wait_until
 from tests.pipelines.conftest import FreshPlane
-from tests.wait import wait_until
+from tests.support import chart
 
 pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]
 

@@ -15,11 +15,11 @@ from typing import Final
 import pytest
 from kubernetes import client
 
-from tests import dist
 from tests.cluster import kube
+from tests.cluster.wait import wait_until
 from tests.pipelines.conftest import FreshPlane
-from tests.shipped import Manifest, default_image
-from tests.wait import wait_until
+from tests.support import dist
+from tests.support.shipped import Manifest, default_image
 
 pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]
 

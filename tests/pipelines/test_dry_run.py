@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 
 from tests.cluster import kube
-from tests.shipped import PIPELINES, Manifest, all_documents, documents
+from tests.support.shipped import PIPELINES, Manifest, all_documents, documents
 
 pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]
 DOCUMENTS: Final = list(all_documents())

@@ -17,7 +17,7 @@ from dispatch_k8s.core.rules.errors import BadInput
 from dispatch_k8s.core.shell.settings import StartSettings, TrainJobSettings
 from tests.pipelines import cli, render
 from tests.pipelines.render import ARGO_OUTPUTS, SAMPLE_NAMESPACE, TEKTON_RESULTS, Invocation
-from tests.shipped import default_image, manifest_files
+from tests.support.shipped import default_image, manifest_files
 
 pytestmark = pytest.mark.pipelines
 INVOCATIONS: Final = [

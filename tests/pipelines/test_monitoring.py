@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 
 from tests.cluster import kube
-from tests.shipped import Manifest, monitoring_object
+from tests.support.shipped import Manifest, monitoring_object
 
 pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]
 

@@ -24,10 +24,11 @@ from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.shell import output
+from tests.cluster.wait import wait_until
 from tests.conftest import Cluster
 from tests.pipelines import render
 from tests.pipelines.queues import Queues
-from tests.shipped import TORCH_RUNTIME, Manifest, documents
+from tests.support.shipped import TORCH_RUNTIME, Manifest, documents
 from tests.support.step_identity import (
     Rule,
     StepIdentity,
@@ -37,7 +38,6 @@ from tests.support.step_identity import (
     run_step,
     shipped_grants,
 )
-from tests.wait import wait_until
 
 pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]
 TRAINER: Final = (wire.TRAINER_GROUP, wire.TRAINER_VERSION)

@@ -12,7 +12,6 @@ from kubernetes import client
 
 from tests.cluster import kube
 from tests.integration.conftest import Step
-from tests.kueue_objects import KueueSetup
 from tests.pipelines.runs import (
     TEKTON_FILES,
     Ended,
@@ -25,7 +24,6 @@ from tests.pipelines.runs import (
     started_trainjob,
     task_runs,
 )
-from tests.shipped import documents
 from tests.support.executions import (
     FINISHES,
     IDENTITY,
@@ -35,7 +33,9 @@ from tests.support.executions import (
     expected,
     printed,
 )
+from tests.support.kueue_objects import KueueSetup
 from tests.support.lifecycle import run_stage
+from tests.support.shipped import documents
 
 pytestmark = [
     pytest.mark.engines,

@@ -12,7 +12,7 @@ from kubernetes import client
 
 from tests.cluster import kube
 from tests.conftest import Cluster
-from tests.shipped import PIPELINES
+from tests.support.shipped import PIPELINES
 from tests.support.step_identity import (
     StepIdentity,
     identity_objects,

@@ -19,10 +19,10 @@ from tests.cluster.engine import BUSYBOX
 from tests.cluster.engines import loopback_api_env
 from tests.cluster.node import TOLERATION
 from tests.cluster.process import LOOPBACK
-from tests.shipped import TORCH_RUNTIME, documents
+from tests.cluster.wait import wait_until
 from tests.support.identity import attempt_token, epoch
 from tests.support.lifecycle import as_dict
-from tests.wait import wait_until
+from tests.support.shipped import TORCH_RUNTIME, documents
 
 TRAINER: Final = (wire.TRAINER_GROUP, wire.TRAINER_VERSION)
 NODE_RUNTIME: Final = "dispatch-torch-real-node"

@@ -20,8 +20,8 @@ from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.rules.errors import PreconditionFailed
-from tests.shells import resolve_downward_env
-from tests.wait import wait_until
+from tests.cluster.wait import wait_until
+from tests.support.shells import resolve_downward_env
 
 BIN: Final = Path(sys.executable).parent
 REPORT: Final = 'printf "%s %s\\n" "$DISPATCH_EPOCH" "$DISPATCH_ATTEMPT"'

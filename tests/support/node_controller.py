@@ -16,9 +16,9 @@ from typing import Any, Final
 from kubernetes import client
 
 from tests.cluster import kube
-from tests.shipped import documents
 from tests.support.controller_identity import CONTROLLER, DEPLOYMENT, RBAC
 from tests.support.executions import on_the_node
+from tests.support.shipped import documents
 
 SELECTOR: Final = "app.kubernetes.io/name=dispatch-admission-controller"
 

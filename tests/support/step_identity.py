@@ -20,7 +20,7 @@ import yaml
 from kubernetes import client, config
 
 from tests.cluster import kube
-from tests.shipped import PIPELINES, Manifest, documents
+from tests.support.shipped import PIPELINES, Manifest, documents
 
 RBAC: Final = PIPELINES / "rbac" / "steps.yaml"
 SERVICE_ACCOUNT: Final = "dispatch-steps"

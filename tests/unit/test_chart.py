@@ -11,9 +11,9 @@ from typing import Any, Final
 
 import pytest
 
-from tests import chart, dist
 from tests.cluster import kube
-from tests.shipped import default_image
+from tests.support import chart, dist
+from tests.support.shipped import default_image
 
 # Values -> the overlay rendering the same choice.
 OVERLAYS: Final = {

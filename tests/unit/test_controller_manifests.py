@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from tests.shipped import PIPELINES, documents
+from tests.support.shipped import PIPELINES, documents
 
 DEPLOYMENT_FILE: Final = PIPELINES / "controller" / "20-deployment.yaml"
 

@@ -10,8 +10,8 @@ from typing import Final
 
 import pytest
 
-from tests import dist
-from tests.shipped import default_image
+from tests.support import dist
+from tests.support.shipped import default_image
 
 # What each overlay leaves out or adds, by (kind, name), against config/default.
 MAP_OBJECTS: Final = {

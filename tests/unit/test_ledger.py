@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from dispatch_k8s.core.rules import ledger, wire
 from dispatch_k8s.core.rules.decisions import Refusal
-from tests.requests import trainjob_body
+from tests.support.requests import trainjob_body
 
 NAMESPACE = "team-a"
 UID = "5f0c1a2e-0000-4000-8000-000000000001"

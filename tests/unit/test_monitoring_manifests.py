@@ -13,8 +13,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 import dispatch_k8s.controller.serve  # noqa: F401  # registers the controller's metrics
-from tests.shipped import DASHBOARD, Manifest, documents, monitoring_object
 from tests.support.controller_identity import DEPLOYMENT
+from tests.support.shipped import DASHBOARD, Manifest, documents, monitoring_object
 
 # Series Prometheus itself writes for every target it scrapes.
 SCRAPE_SERIES: Final = frozenset({"up"})

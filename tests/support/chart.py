@@ -1,12 +1,12 @@
 """The Helm chart charts/dispatch-k8s, generated from config/'s overlays by the real kustomize.
 
-Nothing in the chart is written by hand: `python -m tests.chart` (scripts/render-dist) renders
-each overlay, files every object under the choice that brings it (the objects of config/plain
-and config/policies-guard-only in every install; what config/kueue adds over plain under
-`kueue.enabled`, and so on), and puts the values in where the overlays name the image, the
-AdmissionCheck, the replicas and the resources. tests/unit/test_chart.py fails when the
-checked-in chart differs from this, and checks `helm template` against the kustomize render of
-the matching choices. helm is built from its Go module like kustomize (tests/cluster/versions.toml).
+Nothing in the chart is written by hand: `python -m tests.support.chart` (scripts/render-dist)
+renders each overlay, files every object under the choice that brings it (the objects of
+config/plain and config/policies-guard-only in every install; what config/kueue adds over plain
+under `kueue.enabled`, and so on), and puts the values in where the overlays name the image, the
+AdmissionCheck, the replicas and the resources. tests/unit/test_chart.py fails when the checked-in
+chart differs from this, and checks `helm template` against the kustomize render of the matching
+choices. helm is built from its Go module like kustomize (tests/cluster/versions.toml).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Any, Final
 
 import yaml
 
-from tests import dist
 from tests.cluster import binaries, kube
 from tests.cluster.kube import Key
-from tests.shipped import REPO, Manifest, default_image, version
+from tests.support import dist
+from tests.support.shipped import REPO, Manifest, default_image, version
 
 CHART: Final = REPO / "charts" / "dispatch-k8s"
 HEADER: Final = "# Generated from config/ by scripts/render-dist: do not edit (README, Install).\n"

@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import wire
 
-REPO: Final = Path(__file__).resolve().parents[1]
+REPO: Final = Path(__file__).resolve().parents[2]
 PIPELINES: Final = REPO / "pipelines"
 RUNTIMES: Final = PIPELINES / "runtimes"
 TORCH_RUNTIME: Final = RUNTIMES / "torch-distributed.yaml"
@@ -21,7 +21,6 @@ MONITORING: Final = PIPELINES / "monitoring"
 # In a directory of its own: `kubectl apply -f pipelines/monitoring/` reads every .json file
 # there too, and a dashboard is no Kubernetes object.
 DASHBOARD: Final = MONITORING / "grafana" / "dashboard.json"
-BUILD_SCRIPT: Final = REPO / "images" / "build.sh"
 Manifest = dict[str, Any]
 
 

@@ -1,8 +1,8 @@
 """The release bundles under dist/, rendered from config/'s overlays by the real kustomize.
 
-`python -m tests.dist` (scripts/render-dist) writes them; tests/unit/test_dist.py fails when the
-checked-in files differ from what config/ renders. kustomize is built from its Go module like the
-control plane's binaries (tests/cluster/versions.toml), and is built here if missing.
+`python -m tests.support.dist` (scripts/render-dist) writes them; tests/unit/test_dist.py fails when
+the checked-in files differ from what config/ renders. kustomize is built from its Go module like
+the control plane's binaries (tests/cluster/versions.toml), and is built here if missing.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Final
 import yaml
 
 from tests.cluster import binaries
-from tests.shipped import REPO, Manifest, version
+from tests.support.shipped import REPO, Manifest, version
 
 CONFIG: Final = REPO / "config"
 DIST: Final = REPO / "dist"

@@ -10,7 +10,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import wire
-from tests.wait import wait_until
+from tests.cluster.wait import wait_until
 
 KUEUE: Final = (wire.KUEUE_GROUP, wire.KUEUE_VERSION)
 API_VERSION: Final = "/".join(KUEUE)

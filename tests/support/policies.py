@@ -33,9 +33,9 @@ from kubernetes.client.exceptions import ApiException
 from dispatch_k8s.core.rules import wire
 from tests.cluster import kube
 from tests.cluster.harness import CONTROLLER_USERS, KCM_USER
-from tests.requests import trainjob_body
-from tests.shipped import PIPELINES, Manifest, documents
-from tests.wait import wait_until
+from tests.cluster.wait import wait_until
+from tests.support.requests import trainjob_body
+from tests.support.shipped import PIPELINES, Manifest, documents
 
 POLICIES: Final = PIPELINES / "policies"
 LABEL: Final = "dispatch-k8s.test/policies"

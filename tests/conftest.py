@@ -15,7 +15,6 @@ import os
 import re
 import secrets
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -28,6 +27,7 @@ from tests.cluster import binaries
 from tests.cluster.harness import ControlPlane
 from tests.cluster.wait import wait_until
 from tests.support import policies
+from tests.support.cluster_under_test import EXISTING_CLUSTER_ENV, Cluster
 from tests.support.shipped import install_runtime
 
 # No per-example deadline: tests assert behaviour, not speed (benchmarks measure that), and a
@@ -35,17 +35,8 @@ from tests.support.shipped import install_runtime
 settings.register_profile("dispatch", deadline=None)
 settings.load_profile("dispatch")
 
-EXISTING_CLUSTER_ENV: Final = "DISPATCH_TEST_KUBECONFIG"
 _PLANE: Final = pytest.StashKey[ControlPlane]()
 _NAME_UNSAFE: Final = re.compile(r"[^a-z0-9-]+")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Cluster:
-    """The cluster under test: an admin kubeconfig, and the local control plane if we run one."""
-
-    kubeconfig: Path
-    plane: ControlPlane | None
 
 
 @pytest.fixture(scope="session")

@@ -37,8 +37,8 @@ from kubernetes import client, config, watch
 
 from tests.bench.steps import cluster_at, machine_line, say
 from tests.cluster.wait import wait_until
-from tests.integration.controller import Replica, replicas
 from tests.support.kueue_objects import KUEUE, KueueSetup, condition
+from tests.support.replicas import Replica, replicas
 from tests.support.requests import trainjob_body
 from tests.support.shipped import REPO
 

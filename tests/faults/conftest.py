@@ -1,14 +1,13 @@
-"""Fixtures of the fault suite: the integration suite's, and the local control plane itself
-(these tests stop its components)."""
+"""Fixtures of the fault suite: the shared ones (tests/support/fixtures.py), and the local
+control plane itself (these tests stop its components)."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.cluster.harness import ControlPlane
-from tests.conftest import Cluster
-from tests.integration.conftest import custom, kueue, step, torch_runtime
-from tests.pipelines.conftest import steps_identity
+from tests.support.cluster_under_test import Cluster
+from tests.support.fixtures import custom, kueue, step, steps_identity, torch_runtime
 
 
 @pytest.fixture

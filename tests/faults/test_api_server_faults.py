@@ -22,18 +22,20 @@ from dispatch_k8s.core.shell.gateway.client import REQUEST_TIMEOUT
 from tests.cluster import kube
 from tests.cluster.harness import ControlPlane
 from tests.cluster.wait import wait_until
-from tests.conftest import Cluster
 from tests.faults.write_dropper import dropping_a_write
-from tests.integration.conftest import Step, blocked_admission, start_args
+from tests.support.cluster_under_test import Cluster
 from tests.support.kueue_objects import KueueSetup
 from tests.support.lifecycle import (
     BIN,
+    Step,
     StepRun,
+    blocked_admission,
     content,
     read_trainjob,
     run_stage,
     run_step,
     settled,
+    start_args,
 )
 from tests.support.proxy import proxied
 from tests.support.step_identity import SERVICE_ACCOUNT, StepIdentity

@@ -13,10 +13,9 @@ from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.rules.errors import Fenced
 from tests.cluster.harness import ControlPlane
 from tests.cluster.wait import wait_until
-from tests.integration.conftest import Step, start_queued
-from tests.integration.controller import admitted, replicas
 from tests.support.kueue_objects import KueueSetup
-from tests.support.lifecycle import TRAINER, read_trainjob
+from tests.support.lifecycle import TRAINER, Step, read_trainjob, start_queued
+from tests.support.replicas import admitted, replicas
 
 pytestmark = pytest.mark.faults
 

@@ -20,7 +20,7 @@ from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.shell import output
 from tests.cluster import engine
 from tests.images.containers import ContainerRun, Mount, run_container
-from tests.pipelines import cli
+from tests.support import cli
 from tests.support.requests import request_flags
 from tests.support.shipped import RUNTIMES, install_runtime
 

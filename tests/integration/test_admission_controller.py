@@ -13,12 +13,20 @@ from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
 from tests.cluster.wait import wait_until
-from tests.conftest import Cluster
-from tests.integration.conftest import Step, start_args, start_queued
-from tests.integration.controller import admitted, other_teams_trainjob, replicas, workload_of
 from tests.integration.history import History
+from tests.support.cluster_under_test import Cluster
 from tests.support.kueue_objects import KUEUE, KueueSetup, condition
-from tests.support.lifecycle import DEADLINE, TRAINER, Kubelet, read_trainjob, run_stage
+from tests.support.lifecycle import (
+    DEADLINE,
+    TRAINER,
+    Kubelet,
+    Step,
+    read_trainjob,
+    run_stage,
+    start_args,
+    start_queued,
+)
+from tests.support.replicas import admitted, other_teams_trainjob, replicas, workload_of
 
 pytestmark = pytest.mark.integration
 

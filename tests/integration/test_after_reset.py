@@ -10,16 +10,19 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from tests.integration.conftest import Step, start_args, start_queued, wait_suspended
+from tests.integration.conftest import wait_suspended
 from tests.support.kueue_objects import KueueSetup
 from tests.support.lifecycle import (
     Execution,
     Kubelet,
+    Step,
     admit_and_approve,
     clear_flag,
     read_trainjob,
     reset_jobset,
     run_stage,
+    start_args,
+    start_queued,
     wait_for_drained_jobset,
 )
 

@@ -18,16 +18,17 @@ from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
 from tests.cluster.wait import wait_until
-from tests.conftest import Cluster
-from tests.integration.conftest import Step, start_args
+from tests.support.cluster_under_test import Cluster
 from tests.support.lifecycle import (
     BIN,
     DEADLINE,
     Kubelet,
+    Step,
     add_foreign_admission_entry,
     as_dict,
     read_trainjob,
     run_stage,
+    start_args,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.policies("none")]

@@ -18,20 +18,21 @@ from kubernetes import client
 
 from dispatch_k8s.core.rules import events, wire
 from tests.cluster.wait import wait_until
-from tests.conftest import Cluster
-from tests.integration.conftest import Step, start_args
-from tests.integration.controller import replicas
 from tests.integration.history import Execution, History
+from tests.support.cluster_under_test import Cluster
 from tests.support.lifecycle import (
     TRAINER,
     Kubelet,
+    Step,
     clear_flag,
     read_jobset,
     read_trainjob,
     reset_jobset,
     run_stage,
+    start_args,
     wait_for_drained_jobset,
 )
+from tests.support.replicas import replicas
 
 pytestmark = [pytest.mark.integration, pytest.mark.policies("none")]
 # Long enough that only a watch event, not a resync, can make the auditor look in time.

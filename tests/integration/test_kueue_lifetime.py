@@ -13,17 +13,20 @@ from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
 from tests.cluster.wait import wait_until
-from tests.conftest import Cluster
-from tests.integration.conftest import Step, blocked_admission, start_args, start_queued
-from tests.pipelines import render
+from tests.support import render
+from tests.support.cluster_under_test import Cluster
 from tests.support.kueue_objects import KUEUE, KueueSetup, condition
 from tests.support.lifecycle import (
     BIN,
     DEADLINE,
     TRAINER,
     Kubelet,
+    Step,
     admit_and_approve,
+    blocked_admission,
     run_step,
+    start_args,
+    start_queued,
 )
 from tests.support.proxy import proxied
 from tests.support.requests import trainjob_body

@@ -9,9 +9,17 @@ from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
 from tests.cluster.wait import wait_until
-from tests.integration.conftest import Step, start_args, with_policies
+from tests.integration.conftest import with_policies
 from tests.support.kueue_objects import KUEUE, KueueSetup, condition
-from tests.support.lifecycle import DEADLINE, TRAINER, Kubelet, admit_and_approve, read_trainjob
+from tests.support.lifecycle import (
+    DEADLINE,
+    TRAINER,
+    Kubelet,
+    Step,
+    admit_and_approve,
+    read_trainjob,
+    start_args,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -12,9 +12,17 @@ from kubernetes import client
 from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.rules.workload import evictions
 from tests.cluster.wait import wait_until
-from tests.integration.conftest import Step, start_args, start_queued, with_policies
+from tests.integration.conftest import with_policies
 from tests.support.kueue_objects import KueueSetup, condition
-from tests.support.lifecycle import DEADLINE, Kubelet, admit_and_approve, read_trainjob
+from tests.support.lifecycle import (
+    DEADLINE,
+    Kubelet,
+    Step,
+    admit_and_approve,
+    read_trainjob,
+    start_args,
+    start_queued,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -20,14 +20,13 @@ from kubernetes import client
 from dispatch_k8s.core.rules import wire
 from tests.cluster.harness import ControlPlane
 from tests.cluster.wait import wait_until
-from tests.conftest import Cluster
-from tests.integration.conftest import Step, start_args
-from tests.integration.controller import replicas
-from tests.support.lifecycle import TRAINER, read_trainjob, run_stage
+from tests.support.cluster_under_test import Cluster
+from tests.support.lifecycle import TRAINER, Step, read_trainjob, run_stage, start_args
 from tests.support.proxy import proxied
+from tests.support.replicas import replicas
 
 pytestmark = [pytest.mark.integration, pytest.mark.policies("none")]
-LEASE_SECONDS: Final = 6  # tests/integration/controller.py runs every replica with it
+LEASE_SECONDS: Final = 6  # tests/support/replicas.py runs every replica with it
 RENEW_DEADLINE: Final = timedelta(seconds=LEASE_SECONDS * 2 / 3)
 RETRY_SECONDS: Final = LEASE_SECONDS / 5
 WRITES: Final = frozenset({"create", "update", "patch", "delete", "deletecollection"})

@@ -18,15 +18,16 @@ from dispatch_k8s.core.rules.request import StartRequest
 from dispatch_k8s.core.shell.gateway import Gateway
 from dispatch_k8s.steps import start
 from tests.cluster.wait import wait_until
-from tests.conftest import Cluster
-from tests.integration.conftest import Step, start_args
+from tests.support.cluster_under_test import Cluster
 from tests.support.lifecycle import (
     DEADLINE,
     TRAINER,
     Kubelet,
+    Step,
     as_dict,
     read_trainjob,
     run_stage,
+    start_args,
 )
 from tests.support.policies import message
 

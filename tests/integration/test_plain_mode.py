@@ -6,12 +6,14 @@ import pytest
 from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
-from tests.integration.conftest import Step, start_args, with_policies
+from tests.integration.conftest import with_policies
 from tests.support.lifecycle import (
     Execution,
     Kubelet,
+    Step,
     read_trainjob,
     run_stage,
+    start_args,
     wait_for_drained_jobset,
 )
 

@@ -1,6 +1,6 @@
 """The admission policies on the real API server, with the real Trainer, JobSet and Kueue.
 
-Every bypass is tried as a team member with ordinary edit rights (tests/integration/team.py):
+Every bypass is tried as a team member with ordinary edit rights (tests/support/team.py):
 with both policies the API server raises A itself; with the guard alone (clusters before 1.36)
 the edit is refused with its rule; with neither, the audit flags the execution that repeated R.
 """
@@ -17,18 +17,21 @@ from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import wire
 from tests.cluster.wait import wait_until
-from tests.integration.conftest import Step, start_args, start_queued, wait_suspended
+from tests.integration.conftest import wait_suspended
 from tests.support.kueue_objects import KUEUE, KueueSetup, condition
 from tests.support.lifecycle import (
     DEADLINE,
     JOBSET,
     TRAINER,
     Kubelet,
+    Step,
     admit_and_approve,
     content,
     read_jobset,
     read_trainjob,
     run_stage,
+    start_args,
+    start_queued,
     wait_for_drained_jobset,
 )
 from tests.support.policies import refused_with

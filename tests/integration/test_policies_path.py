@@ -2,7 +2,7 @@
 the pods through the TrainJob) on the real API server, with the real Trainer, JobSet and
 kube-controller-manager.
 
-Every edit is tried as the team member with ordinary edit rights (tests/integration/team.py),
+Every edit is tried as the team member with ordinary edit rights (tests/support/team.py),
 as the steps' ServiceAccount where it is the one with the rights, or as the admin
 (system:masters, whom the path guard does not trust either): each is refused with its rule and
 leaves the object as it was. The controllers' own writes on the same objects go through: the
@@ -27,18 +27,19 @@ from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import wire
 from tests.cluster.wait import wait_until
-from tests.conftest import Cluster
-from tests.integration.conftest import Step, start_args
+from tests.support.cluster_under_test import Cluster
 from tests.support.lifecycle import (
     DEADLINE,
     JOBSET,
     TRAINER,
     Kubelet,
+    Step,
     as_dict,
     content,
     read_jobset,
     read_trainjob,
     run_stage,
+    start_args,
 )
 from tests.support.policies import refused_with
 from tests.support.step_identity import install_identity

@@ -13,9 +13,8 @@ from dispatch_k8s.core.rules import trainjob, wire
 from dispatch_k8s.core.rules.errors import PreconditionFailed
 from dispatch_k8s.core.shell.gateway import Gateway
 from tests.cluster.wait import wait_until
-from tests.conftest import Cluster
-from tests.integration.conftest import Step, start_args
-from tests.support.lifecycle import TRAINER, content, read_trainjob, settled
+from tests.support.cluster_under_test import Cluster
+from tests.support.lifecycle import TRAINER, Step, content, read_trainjob, settled, start_args
 
 pytestmark = pytest.mark.integration
 RAISERS = 8

@@ -16,11 +16,10 @@ from dispatch_k8s.controller.reconcile import Gatekeeper
 from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.shell.gateway import Gateway
 from tests.cluster.wait import wait_until
-from tests.conftest import Cluster
-from tests.integration.conftest import Step, start_queued
-from tests.integration.controller import replicas
+from tests.support.cluster_under_test import Cluster
 from tests.support.kueue_objects import KUEUE, KueueSetup, condition
-from tests.support.lifecycle import DEADLINE, TRAINER, read_trainjob
+from tests.support.lifecycle import DEADLINE, TRAINER, Step, read_trainjob, start_queued
+from tests.support.replicas import replicas
 
 pytestmark = pytest.mark.integration
 

@@ -11,16 +11,17 @@ from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
 from tests.cluster.wait import wait_until
-from tests.integration.conftest import Step, start_args
 from tests.support.lifecycle import (
     DEADLINE,
     JOBSET,
     TRAINER,
     Kubelet,
+    Step,
     content,
     read_jobset,
     read_trainjob,
     run_stage,
+    start_args,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.policies("none")]

@@ -12,8 +12,7 @@ from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
 from tests.cluster.wait import wait_until
-from tests.integration.conftest import Step, start_args
-from tests.support.lifecycle import DEADLINE, TRAINER, Kubelet, StepRun, run_stage
+from tests.support.lifecycle import DEADLINE, TRAINER, Kubelet, Step, StepRun, run_stage, start_args
 from tests.support.requests import trainjob_body
 from tests.support.shipped import TORCH_RUNTIME, documents
 

@@ -1,5 +1,5 @@
 """Adversarial paths on the real node: every edit a team member with the built-in `edit` rights
-(tests/integration/team.py) or the steps' own ServiceAccount (pipelines/rbac/steps.yaml) can
+(tests/support/team.py) or the steps' own ServiceAccount (pipelines/rbac/steps.yaml) can
 make on the way from the TrainJob to the container, object by object and verb by verb.
 
 Each cell of the matrix below is one small attack function, tried once per policy install
@@ -129,10 +129,7 @@ from kubernetes.client.exceptions import ApiException
 from dispatch_k8s.core.rules import wire
 from tests.cluster import kube
 from tests.cluster.wait import wait_until
-from tests.conftest import Cluster
-from tests.integration.conftest import Step
-from tests.integration.controller import replicas
-from tests.integration.team import NAME as MEMBER_NAME
+from tests.support.cluster_under_test import Cluster
 from tests.support.executions import (
     DEADLINE,
     NODE_RUNTIME,
@@ -145,6 +142,7 @@ from tests.support.executions import (
 from tests.support.kueue_objects import KUEUE, KueueSetup, now
 from tests.support.lifecycle import (
     JOBSET,
+    Step,
     add_foreign_admission_entry,
     as_dict,
     edit_trainjob,
@@ -153,7 +151,9 @@ from tests.support.lifecycle import (
     wait_for_drained_jobset,
 )
 from tests.support.policies import message
+from tests.support.replicas import replicas
 from tests.support.step_identity import StepIdentity
+from tests.support.team import NAME as MEMBER_NAME
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 Install = Literal["all", "guard", "none"]

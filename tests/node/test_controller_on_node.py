@@ -10,14 +10,13 @@ from dispatch_k8s.core.rules import wire
 from tests.cluster import kube
 from tests.cluster.process import free_ports
 from tests.cluster.wait import wait_until
-from tests.conftest import Cluster
-from tests.integration.conftest import Step, start_queued
-from tests.integration.controller import admitted
+from tests.support.cluster_under_test import Cluster
 from tests.support.controller_identity import SERVICE_ACCOUNT
 from tests.support.executions import DEADLINE, api_port
 from tests.support.kueue_objects import KueueSetup
-from tests.support.lifecycle import as_dict, read_trainjob
+from tests.support.lifecycle import Step, as_dict, read_trainjob, start_queued
 from tests.support.node_controller import SELECTOR, replica_on_the_node, shipped_deployment
+from tests.support.replicas import admitted
 from tests.support.step_identity import StepIdentity
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster, pytest.mark.images]

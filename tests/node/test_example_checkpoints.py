@@ -14,9 +14,8 @@ from epoch_checkpoints import Execution, latest, save
 from kubernetes import client
 
 from tests.cluster.wait import wait_until
-from tests.integration.conftest import Step
 from tests.support.executions import DEADLINE, TRAINER, execution_logs, node_runtime, start_flags
-from tests.support.lifecycle import run_stage, wait_for_drained_jobset
+from tests.support.lifecycle import Step, run_stage, wait_for_drained_jobset
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 EXAMPLE: Final = Path(__file__).resolve().parents[2] / "examples" / "checkpoints"

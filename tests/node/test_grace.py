@@ -13,7 +13,6 @@ from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
 from tests.cluster.wait import wait_until
-from tests.integration.conftest import Step
 from tests.support.executions import (
     DEADLINE,
     TRAINER,
@@ -23,7 +22,7 @@ from tests.support.executions import (
     printed,
     start_flags,
 )
-from tests.support.lifecycle import StepRun, run_stage
+from tests.support.lifecycle import Step, StepRun, run_stage
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 GRACE_SECONDS: Final = 20

@@ -7,7 +7,6 @@ import pytest
 from kubernetes import client
 
 from tests.cluster.wait import wait_until
-from tests.integration.conftest import Step
 from tests.support.executions import (
     DEADLINE,
     FINISHES,
@@ -19,7 +18,7 @@ from tests.support.executions import (
     start_flags,
 )
 from tests.support.kueue_objects import KueueSetup, condition
-from tests.support.lifecycle import admit_and_approve
+from tests.support.lifecycle import Step, admit_and_approve
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 

@@ -13,7 +13,6 @@ from kubernetes import client
 from dispatch_k8s.core.rules import wire
 from tests.cluster.engine import BUSYBOX
 from tests.cluster.wait import wait_until
-from tests.integration.conftest import Step
 from tests.support.executions import (
     DEADLINE,
     IDENTITY,
@@ -25,7 +24,7 @@ from tests.support.executions import (
     printed,
     start_flags,
 )
-from tests.support.lifecycle import read_trainjob, run_stage, wait_for_drained_jobset
+from tests.support.lifecycle import Step, read_trainjob, run_stage, wait_for_drained_jobset
 from tests.support.requests import trainjob_body
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]

@@ -11,9 +11,8 @@ from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
 from tests.cluster.wait import wait_until
-from tests.integration.conftest import Step
 from tests.support.executions import DEADLINE, SHOW, pods, start_flags
-from tests.support.lifecycle import edit_trainjob, run_stage
+from tests.support.lifecycle import Step, edit_trainjob, run_stage
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 

@@ -13,9 +13,7 @@ from kubernetes import client
 
 from tests.cluster import kube
 from tests.cluster.wait import wait_until
-from tests.conftest import Cluster
-from tests.integration.conftest import Step
-from tests.pipelines.render import JOBS
+from tests.support.cluster_under_test import Cluster
 from tests.support.executions import (
     DEADLINE,
     api_port,
@@ -24,7 +22,8 @@ from tests.support.executions import (
     printed,
     start_flags,
 )
-from tests.support.lifecycle import as_dict
+from tests.support.lifecycle import Step, as_dict
+from tests.support.render import JOBS
 from tests.support.shipped import documents
 from tests.support.step_identity import SERVICE_ACCOUNT, StepIdentity
 

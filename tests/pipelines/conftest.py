@@ -1,5 +1,5 @@
 """Fixtures of the pipeline tests: the engines' CRDs, the engines themselves on the local
-cluster, the shipped identity and queues."""
+cluster, the shipped queues, and the shared ones (tests/support/fixtures.py)."""
 
 from __future__ import annotations
 
@@ -14,15 +14,22 @@ from kubernetes import client, config
 
 from tests.cluster import crds, engine
 from tests.cluster.harness import ControlPlane
-from tests.conftest import EXISTING_CLUSTER_ENV, Cluster
-from tests.images.conftest import debian_image, docker_engine, step_image
-from tests.integration.conftest import custom, kueue, step
-from tests.node.fixtures import real_node_runtime, step_image_on_node
-from tests.pipelines import cli
 from tests.pipelines.queues import Queues, install_queues
+from tests.support import cli
+from tests.support.cluster_under_test import EXISTING_CLUSTER_ENV, Cluster
 from tests.support.controller_identity import controller_identity
-from tests.support.shipped import install_runtime
-from tests.support.step_identity import StepIdentity, install_identity
+from tests.support.fixtures import (
+    custom,
+    debian_image,
+    docker_engine,
+    kueue,
+    real_node_runtime,
+    step,
+    step_image,
+    step_image_on_node,
+    steps_identity,
+    torch_runtime,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,24 +80,6 @@ def exit_code_image(control_plane: Cluster, docker_engine: None) -> str:
     return engine.EXIT_CODES
 
 
-@pytest.fixture(scope="session")
-def torch_runtime(api_client: client.ApiClient) -> str:
-    """The shipped dispatch-ready torch ClusterTrainingRuntime."""
-    return install_runtime(api_client)
-
-
-@pytest.fixture
-def steps_identity(
-    api_client: client.ApiClient, namespace: str, control_plane: Cluster, tmp_path: Path
-) -> Iterator[StepIdentity]:
-    """pipelines/rbac/steps.yaml in the test's namespace, with a token kubeconfig."""
-    identity = install_identity(
-        api_client, namespace, admin_kubeconfig=control_plane.kubeconfig, work=tmp_path
-    )
-    yield identity
-    identity.remove()
-
-
 @pytest.fixture
 def queues(api_client: client.ApiClient, namespace: str) -> Iterator[Queues]:
     """pipelines/kueue/ for the test's namespace, the check marked Active."""
@@ -99,7 +88,7 @@ def queues(api_client: client.ApiClient, namespace: str) -> Iterator[Queues]:
     installed.remove()
 
 
-# The image and real-node suites' fixtures the engines' runs use.
+# The shared fixtures the engines' runs use.
 __all__ = [
     "controller_identity",
     "custom",
@@ -110,4 +99,6 @@ __all__ = [
     "step",
     "step_image",
     "step_image_on_node",
+    "steps_identity",
+    "torch_runtime",
 ]

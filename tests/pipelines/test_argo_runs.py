@@ -13,9 +13,6 @@ from kubernetes import client
 
 from tests.cluster import kube
 from tests.cluster.wait import wait_until
-from tests.conftest import Cluster
-from tests.integration.conftest import Step
-from tests.pipelines.render import JOBS
 from tests.pipelines.runs import (
     ARGO_FILES,
     Gates,
@@ -28,6 +25,7 @@ from tests.pipelines.runs import (
     submit_workflow,
     workflow_ended,
 )
+from tests.support.cluster_under_test import Cluster
 from tests.support.executions import (
     FINISHES,
     IDENTITY,
@@ -40,7 +38,8 @@ from tests.support.executions import (
     printed,
 )
 from tests.support.kueue_objects import KueueSetup, condition
-from tests.support.lifecycle import as_dict, run_stage
+from tests.support.lifecycle import Step, as_dict, run_stage
+from tests.support.render import JOBS
 from tests.support.shipped import Manifest, default_image, documents
 
 pytestmark = [

@@ -25,17 +25,16 @@ from dispatch_k8s.core.rules import events, wire
 from dispatch_k8s.core.shell.settings import ControllerSettings, load_settings
 from tests.cluster import kube
 from tests.cluster.wait import wait_until
-from tests.conftest import Cluster
-from tests.integration.conftest import Step, start_args, start_queued
-from tests.integration.controller import admitted, replicas
-from tests.pipelines import cli
+from tests.support import cli
+from tests.support.cluster_under_test import Cluster
 from tests.support.controller_identity import (
     CONTROLLER,
     RBAC,
     SERVICE_ACCOUNT,
 )
 from tests.support.kueue_objects import KueueSetup
-from tests.support.lifecycle import read_trainjob
+from tests.support.lifecycle import Step, read_trainjob, start_args, start_queued
+from tests.support.replicas import admitted, replicas
 from tests.support.shipped import Manifest, documents
 from tests.support.step_identity import StepIdentity, granted_by_the_server, shipped_grants
 

@@ -15,8 +15,8 @@ import yaml
 
 from dispatch_k8s.core.rules.errors import BadInput
 from dispatch_k8s.core.shell.settings import StartSettings, TrainJobSettings
-from tests.pipelines import cli, render
-from tests.pipelines.render import ARGO_OUTPUTS, SAMPLE_NAMESPACE, TEKTON_RESULTS, Invocation
+from tests.support import cli, render
+from tests.support.render import ARGO_OUTPUTS, SAMPLE_NAMESPACE, TEKTON_RESULTS, Invocation
 from tests.support.shipped import default_image, manifest_files
 
 pytestmark = pytest.mark.pipelines

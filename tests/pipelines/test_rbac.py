@@ -25,9 +25,9 @@ from kubernetes.client.exceptions import ApiException
 from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.shell import output
 from tests.cluster.wait import wait_until
-from tests.conftest import Cluster
-from tests.pipelines import render
 from tests.pipelines.queues import Queues
+from tests.support import render
+from tests.support.cluster_under_test import Cluster
 from tests.support.shipped import TORCH_RUNTIME, Manifest, documents
 from tests.support.step_identity import (
     Rule,

@@ -12,8 +12,8 @@ from typing import Any, Final
 
 import pytest
 
-from tests.pipelines import render
-from tests.pipelines.render import ARGO_REFERENCE, TEKTON_REFERENCE
+from tests.support import render
+from tests.support.render import ARGO_REFERENCE, TEKTON_REFERENCE
 
 pytestmark = pytest.mark.pipelines
 Template = dict[str, Any]

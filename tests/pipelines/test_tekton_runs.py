@@ -11,7 +11,6 @@ import pytest
 from kubernetes import client
 
 from tests.cluster import kube
-from tests.integration.conftest import Step
 from tests.pipelines.runs import (
     TEKTON_FILES,
     Ended,
@@ -34,7 +33,7 @@ from tests.support.executions import (
     printed,
 )
 from tests.support.kueue_objects import KueueSetup
-from tests.support.lifecycle import run_stage
+from tests.support.lifecycle import Step, run_stage
 from tests.support.shipped import documents
 
 pytestmark = [

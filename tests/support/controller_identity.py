@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client
 
 from tests.cluster import kube
-from tests.conftest import Cluster
+from tests.support.cluster_under_test import Cluster
 from tests.support.shipped import PIPELINES
 from tests.support.step_identity import (
     StepIdentity,

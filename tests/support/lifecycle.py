@@ -21,6 +21,8 @@ from kubernetes import client
 from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.rules.errors import PreconditionFailed
 from tests.cluster.wait import wait_until
+from tests.support.kueue_objects import KueueSetup
+from tests.support.requests import request_flags
 from tests.support.shells import resolve_downward_env
 
 BIN: Final = Path(sys.executable).parent
@@ -168,7 +170,7 @@ class Kubelet:
 
 JOBSET: Final = (wire.JOBSET_GROUP, wire.JOBSET_VERSION)
 TRAINER: Final = (wire.TRAINER_GROUP, wire.TRAINER_VERSION)
-Runner = Callable[..., StepRun]
+Step = Callable[..., StepRun]
 
 
 def read_trainjob(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
@@ -233,7 +235,7 @@ def wait_for_drained_jobset(api: client.ApiClient, namespace: str, name: str) ->
     wait_until(drained, what=f"JobSet {name} to have no active Jobs", timeout=DEADLINE)
 
 
-def run_stage(step: Runner, *args: str) -> StepRun:
+def run_stage(step: Step, *args: str) -> StepRun:
     """Run a step as a pipeline stage does: again, from its read, after exit 3 (conflict).
 
     Trainer and Kueue write a TrainJob's status on their own schedule; a step that read
@@ -247,7 +249,7 @@ def run_stage(step: Runner, *args: str) -> StepRun:
     return run
 
 
-def admit_and_approve(step: Runner, namespace: str, name: str, check: str) -> StepRun:
+def admit_and_approve(step: Step, namespace: str, name: str, check: str) -> StepRun:
     """The Kueue-mode pipeline for one admission: admit --wait, then approve with its outputs.
 
     An approve that finds the Workload changed since admit read it exits 3: the pipeline
@@ -349,3 +351,34 @@ def add_foreign_admission_entry(
 
 
 FOREIGN_MANAGER: Final = "someone.example/tweaks"
+
+
+def start_args(namespace: str, runtime: str, job_id: str, **extra: str) -> list[str]:
+    """Flags of a start request in the test's namespace (there is no kubelet to run it)."""
+    flags = [f"--namespace={namespace}", f"--runtime-name={runtime}"]
+    return [*flags, *request_flags(job_id, args=False, extra=extra)]
+
+
+def start_queued(
+    step: Step, namespace: str, runtime: str, kueue: KueueSetup, job_id: str
+) -> StepRun:
+    """Start a one-CPU TrainJob in the Kueue setup's LocalQueue."""
+    started = step("start", *start_args(namespace, runtime, job_id, **kueue.queued_request()))
+    assert started.code == 0, started.error
+    return started
+
+
+def blocked_admission(
+    step: Step, namespace: str, runtime: str, kueue: KueueSetup, *, timeout: int
+) -> tuple[StepRun, list[str]]:
+    """A job admitted holding the queue's one CPU, and `admit --wait` flags for a second job
+    that waits behind it (up to `timeout` s): free the quota with kueue.set_active(blocker)."""
+    kueue.install(cpu="1")
+    blocker = start_queued(step, namespace, runtime, kueue, "holds-the-quota")
+    admit_and_approve(step, namespace, blocker.result["name"], kueue.check)
+    waiting = start_queued(step, namespace, runtime, kueue, "waits")
+    admit = [
+        *("--namespace", namespace, "--name", waiting.result["name"], "--check", kueue.check),
+        *("--wait", "--timeout", str(timeout)),
+    ]
+    return blocker, admit

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Final, get_type_hints
 
 from dispatch_k8s.core.shell.settings import StartSettings, StepSettings, load_settings
-from tests.pipelines.render import Invocation
+from tests.support.render import Invocation
 from tests.support.shipped import REPO
 
 # Helper containers that are not steps: the Argo `exit` template and Tekton's write-request

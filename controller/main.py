@@ -256,6 +256,7 @@ def _configured_run() -> int:
     settings = load_settings(
         ControllerSettings, prog=PROG, argv=sys.argv[1:], about=ABOUT, example=EXAMPLE
     )
+    output.configure_logging(PROG.removeprefix("dispatch-"), level=settings.log_level)
     if (
         min(settings.workers, settings.audit_workers) < 1
         or settings.resync_seconds <= 0

@@ -12,7 +12,7 @@ from typing import Any, Final, NoReturn, TypeVar
 from loguru import logger
 
 from dispatch_k8s.core.rules.errors import BadInput, DispatchError
-from dispatch_k8s.core.shell.settings import StepSettings, load_settings
+from dispatch_k8s.core.shell.settings import LogLevel, StepSettings, load_settings
 
 Result = Mapping[str, Any]
 S = TypeVar("S", bound=StepSettings)
@@ -45,13 +45,19 @@ def _json_sink(message: Any) -> None:
     sys.stderr.write(json.dumps(line, default=str) + "\n")
 
 
-def configure_logging(step: str) -> None:
-    """JSON lines on stderr for machines, the human format on a terminal."""
+def _terminal_sink(message: Any) -> None:
+    """One line a person reads: time, level, message and its fields, no source location."""
+    record = message.record
+    fields = "".join(f" {key}={value}" for key, value in record["extra"].items() if key != "step")
+    when = record["time"].strftime("%H:%M:%S")
+    sys.stderr.write(f"{when} {record['level'].name:<7} {record['message']}{fields}\n")
+
+
+def configure_logging(step: str, *, level: LogLevel = "info") -> None:
+    """JSON lines on stderr for machines, one plain line each on a terminal; `level` and up."""
     logger.remove()
-    if sys.stderr.isatty():
-        logger.add(sys.stderr, level="INFO")
-    else:
-        logger.add(_json_sink, level="INFO")
+    sink = _terminal_sink if sys.stderr.isatty() else _json_sink
+    logger.add(sink, level=level.upper())
     logger.configure(extra={"step": step})
 
 
@@ -124,6 +130,7 @@ def entrypoint(
             about=about,
             example=example,
         )
+        configure_logging(step, level=settings.log_level)
         if settings.outputs_dir is not None:
             prepare_outputs_dir(settings.outputs_dir)
         outcome = run(settings)

@@ -58,6 +58,10 @@ def doc(text: str, *, metavar: str = "", default: str = "") -> Any:
     return Field(description=text, json_schema_extra={"metavar": metavar, "default_text": default})
 
 
+LogLevel = Literal["debug", "info", "warning", "error"]
+VERBOSE: Final = "-v"  # kubectl's short verbosity flag: here, --log-level debug
+
+
 class ClusterSettings(BaseSettings):
     """What every command takes: where the cluster is."""
 
@@ -92,6 +96,14 @@ class ClusterSettings(BaseSettings):
             default="the kubeconfig's current-context",
         ),
     ] = None
+    log_level: Annotated[
+        LogLevel,
+        doc(
+            "How much is logged on stderr: debug, info, warning or error (-v is debug).",
+            metavar="LEVEL",
+            default="info",
+        ),
+    ] = "info"
 
 
 class StepSettings(ClusterSettings):
@@ -136,6 +148,13 @@ def take_verbatim(
     return rest, taken
 
 
+def _verbose_as_level(argv: list[str]) -> list[str]:
+    """`-v` before any `--` is `--log-level debug`."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    flags = ["--log-level=debug" if word == VERBOSE else word for word in argv[:end]]
+    return flags + argv[end:]
+
+
 def load_settings(
     cls: type[S], *, prog: str, argv: list[str], about: str = "", example: str = ""
 ) -> S:
@@ -144,7 +163,7 @@ def load_settings(
     `--help` prints `render_help` (with `about` and `example`) and `--version` the
     distribution's version, each exiting 0.
     """
-    argv, verbatim = take_verbatim(argv, cls.verbatim_lists, prog=prog)
+    argv, verbatim = take_verbatim(_verbose_as_level(argv), cls.verbatim_lists, prog=prog)
     # As kubectl: a flag is written whole; a prefix of one (`--namespac`) is an error.
     parser = _OneLineParser(prog=prog, add_help=False, allow_abbrev=False)
     parser.add_argument(
@@ -266,6 +285,8 @@ def render_help(cls: type[ClusterSettings], *, prog: str, about: str, example: s
         ending = f"R{default[1:]}." if needed else f"Default: {default}."
         lines.append(_indented(f"{info.description or ''} {ending}", 6))
     lines += [
+        f"  {VERBOSE}",
+        _indented("Log at debug level: the same as --log-level debug.", 6),
         "  -h, --help",
         _indented("Show this help and exit.", 6),
         "  --version",

@@ -47,6 +47,7 @@ REPLICAS: Final = "__DISPATCH_REPLICAS__"
 RESOURCES: Final = "__DISPATCH_RESOURCES__"
 NAMESPACES: Final = "__DISPATCH_NAMESPACES__"
 ON_REFUSAL: Final = "__DISPATCH_ON_REFUSAL__"
+LOG_LEVEL: Final = "__DISPATCH_LOG_LEVEL__"
 
 HELPERS: Final = """\
 {{/* The step image: image.repository:image.tag, the tag by default the chart's appVersion. */}}
@@ -90,6 +91,8 @@ controller:
   # the Workload and frees its quota), retry (evicted, requeued a minute on), or wait
   # (Pending, the quota held until a person acts).
   onRefusal: reject
+  # How much the controller logs (its --log-level): debug, info, warning or error.
+  logLevel: info
   resources:
 {resources}
 # all: every policy of pipelines/policies. guard-only: without the MutatingAdmissionPolicy,
@@ -153,6 +156,7 @@ def schema() -> dict[str, Any]:
                         "replicas": {"type": "integer", "minimum": 0},
                         "namespaces": {"type": "array", "items": {"type": "string"}},
                         "onRefusal": {"enum": ["reject", "retry", "wait"]},
+                        "logLevel": {"enum": ["debug", "info", "warning", "error"]},
                         "resources": {"type": "object"},
                     }
                 ),
@@ -198,7 +202,7 @@ def _controller_with_sentinels(deployment: Manifest) -> Manifest:
     (container,) = spec["template"]["spec"]["containers"]
     container = {
         **container,
-        "args": [*container["args"], NAMESPACES, ON_REFUSAL],
+        "args": [*container["args"], NAMESPACES, ON_REFUSAL, LOG_LEVEL],
         "resources": RESOURCES,
     }
     template = {**spec["template"], "spec": {**spec["template"]["spec"], "containers": [container]}}
@@ -239,11 +243,21 @@ def _template_text(objects: Sequence[Manifest]) -> str:
                 "{{- end }}\n"
             ),
         ),
+        (  # info is the controller's own default: its flag is written only for the others
+            rf"(?m)^( *)- {LOG_LEVEL}\n",
+            lambda m: (
+                '{{- if ne .Values.controller.logLevel "info" }}\n'
+                f'{m[1]}- {{{{ printf "--log-level=%s" .Values.controller.logLevel | quote }}}}\n'
+                "{{- end }}\n"
+            ),
+        ),
     ]
     for pattern, replacement in substitutions:
         text = re.sub(pattern, replacement, text)
     left = [
-        s for s in (IMAGE, CHECK_NAME, REPLICAS, RESOURCES, NAMESPACES, ON_REFUSAL) if s in text
+        s
+        for s in (IMAGE, CHECK_NAME, REPLICAS, RESOURCES, NAMESPACES, ON_REFUSAL, LOG_LEVEL)
+        if s in text
     ]
     assert not left, f"sentinels left in a template: {left}"
     return text

@@ -35,6 +35,7 @@ VALUES: Final = [
     "controller.replicas=3",
     "controller.namespaces={team-a,team-b}",
     "controller.onRefusal=retry",
+    "controller.logLevel=debug",
     "controller.resources.requests.cpu=200m",
     "controller.resources.limits.memory=1Gi",
 ]
@@ -53,6 +54,9 @@ patches:
       - op: add
         path: /spec/template/spec/containers/0/args/-
         value: --on-refusal=retry
+      - op: add
+        path: /spec/template/spec/containers/0/args/-
+        value: --log-level=debug
       - op: replace
         path: /spec/template/spec/containers/0/resources/requests/cpu
         value: 200m

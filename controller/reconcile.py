@@ -25,7 +25,6 @@ from dispatch_k8s.core.shell import clock
 from dispatch_k8s.core.shell.gateway import Gateway
 
 COMPONENT: Final = "admission-controller"
-REFUSED: Final = "AdmissionRefused"
 DRAIN_RECHECK: Final = 2.0  # seconds: the last execution's Jobs are going
 TRANSIENT_RECHECK: Final = 5.0  # seconds: the API server was unreachable or overloaded
 REMEMBERED: Final = 10_000  # reservations whose first sighting is kept for the histogram
@@ -111,12 +110,26 @@ class Gatekeeper:
         if isinstance(decision, Refusal):
             return self._refuse(current, job, check, decision, reason="decision")
         if isinstance(decision, gate.Approve):
-            if decision.admission is None and self._other_workloads == "leave":
+            if decision.admission is None:
+                if self._other_workloads == "approve":
+                    self._approve(
+                        current, check, decision.reservation, decision.message, kind="other"
+                    )
                 return None
-            kind: Literal["dispatch", "other"] = (
-                "dispatch" if decision.admission is not None else "other"
-            )
-            self._approve(current, check, decision.reservation, decision.message, kind=kind)
+            assert job is not None  # raised for this reservation: the TrainJob was read
+            # Raised by a pass that did not approve (a 409, or a replica gone in between): the
+            # raise may not have been told yet, and it is told before the approval.
+            jobset = self._gateway.read_jobset(namespace, job["metadata"]["name"])
+            restart = trainjob.restart_count(jobset)
+            if not isinstance(restart, Refusal):
+                self._tell_raise(
+                    current,
+                    job,
+                    decision.reservation,
+                    admission=decision.admission,
+                    restart=restart,
+                )
+            self._approve(current, check, decision.reservation, decision.message, kind="dispatch")
             return None
         assert job is not None  # a raise is only decided for a TrainJob that was read
         return self._raise_and_approve(current, job, check, decision.reservation)
@@ -150,22 +163,52 @@ class Gatekeeper:
         logger.bind(
             trainjob=meta["name"], workload=reservation.workload, admission=decision.admission
         ).info("raised admission")
-        try:
-            refusal = workload.decide_approval(
-                current, written, check=check, admission=decision.admission
-            )
-            if refusal is not None:
-                return self._refuse(current, written, check, refusal, reason="approval")
-            message = workload.approval_message(decision.admission)
-            self._approve(current, check, reservation, message, kind="dispatch")
-            return None
-        finally:  # the raise's Event once the approval is written (or refused)
-            message = events.raise_message(
-                admission=decision.admission,
-                restart=decision.restart,
-                workload=reservation.workload,
-            )
-            self._emit(written, "Normal", events.RAISED, message)
+        self._tell_raise(
+            current, written, reservation, admission=decision.admission, restart=decision.restart
+        )
+        refusal = workload.decide_approval(
+            current, written, check=check, admission=decision.admission
+        )
+        if refusal is not None:
+            return self._refuse(current, written, check, refusal, reason="approval")
+        message = workload.approval_message(decision.admission)
+        self._approve(current, check, reservation, message, kind="dispatch")
+        return None
+
+    def _tell_raise(
+        self,
+        current: Mapping[str, Any],
+        job: Mapping[str, Any],
+        reservation: Reservation,
+        *,
+        admission: int,
+        restart: int,
+    ) -> None:
+        """Post the raise's Event on the TrainJob, under the one name it has, before the approval.
+
+        So no approved raise goes untold: a replica gone after the raise leaves the approval,
+        and the telling, to the next pass (best effort, as every Event). The Workload is told
+        too, from the Events thread.
+        """
+        message = events.raise_message(
+            admission=admission, restart=restart, workload=reservation.workload
+        )
+        self._gateway.emit_event(
+            job,
+            event_type="Normal",
+            reason=events.RAISED,
+            message=message,
+            step=COMPONENT,
+            name=events.raise_event_name(job["metadata"]["name"], reservation.record),
+        )
+        self._emit(
+            current,
+            "Normal",
+            events.RAISED,
+            message,
+            involved=events.WORKLOAD,
+            name=events.raise_event_name(reservation.workload, reservation.record),
+        )
 
     def _approve(
         self,
@@ -190,6 +233,7 @@ class Gatekeeper:
         if first is not None:
             serve.RESERVED_TO_APPROVED.observe(time.monotonic() - first)
         logger.bind(workload=reservation.workload, check=check, kind=kind).info("approved")
+        self._emit(current, "Normal", events.APPROVED, message, involved=events.WORKLOAD)
 
     def _refuse(
         self,
@@ -213,7 +257,8 @@ class Gatekeeper:
             workload=current["metadata"]["name"], reason=refusal.reason, state=state
         ).warning("refused")
         if job is not None:
-            self._emit(job, "Warning", REFUSED, refusal.reason)
+            self._emit(job, "Warning", events.REFUSED, refusal.reason)
+        self._emit(current, "Warning", events.REFUSED, refusal.reason, involved=events.WORKLOAD)
         return None
 
     def _tell_on_check(self, current: Mapping[str, Any], check: str, refusal: Refusal) -> str:
@@ -239,16 +284,25 @@ class Gatekeeper:
         return state
 
     def _emit(
-        self, job: Mapping[str, Any], event_type: events.EventType, reason: str, message: str
+        self,
+        subject: Mapping[str, Any],
+        event_type: events.EventType,
+        reason: str,
+        message: str,
+        *,
+        involved: events.Involved = events.TRAINJOB,
+        name: str | None = None,
     ) -> None:
         """Post an Event from a thread of its own: best effort, and no gate waits on it."""
         self._events.submit(
             self._gateway.emit_event,
-            job,
+            subject,
             event_type=event_type,
             reason=reason,
             message=message,
             step=COMPONENT,
+            name=name,
+            involved=involved,
         )
 
     def close(self) -> None:

@@ -1,4 +1,6 @@
-"""Kubernetes Events on a TrainJob: what a raise or a finding tells `kubectl describe`.
+"""Kubernetes Events on a TrainJob or its Workload, as `kubectl describe` shows them.
+
+A raise, an approval, a refusal or a finding.
 
 Building only; the gateway posts them, best effort: an Event is never a step's one update
 and never fails it.
@@ -6,6 +8,7 @@ and never fails it.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
@@ -15,27 +18,40 @@ COMPONENT: Final = "dispatch-k8s"
 RAISED: Final = "AdmissionRaised"
 FLAGGED: Final = "FlaggedForeign"
 MAX_MESSAGE_CHARS: Final = 1024  # the API server refuses longer Event messages
+APPROVED: Final = "AdmissionApproved"
+REFUSED: Final = "AdmissionRefused"
 EventType = Literal["Normal", "Warning"]
+Involved = tuple[str, str]  # the apiVersion and kind of the object an Event is about
+TRAINJOB: Final[Involved] = (f"{wire.TRAINER_GROUP}/{wire.TRAINER_VERSION}", "TrainJob")
+WORKLOAD: Final[Involved] = (f"{wire.KUEUE_GROUP}/{wire.KUEUE_VERSION}", "Workload")
 
 
 def build_event(
-    trainjob: Mapping[str, Any],
+    subject: Mapping[str, Any],
     *,
     event_type: EventType,
     reason: str,
     message: str,
     step: str,
     now: str,
+    name: str | None = None,
+    involved: Involved = TRAINJOB,
 ) -> dict[str, Any]:
-    """A core/v1 Event about `trainjob` (as read or as written), from step `step`."""
-    meta = trainjob["metadata"]
+    """A core/v1 Event about `subject` (as read or as written), from step `step`.
+
+    `subject` is a TrainJob unless `involved` names its kind; the Event is named `name`, or by
+    the API server when None.
+    """
+    meta = subject["metadata"]
+    api_version, kind = involved
+    naming = {"name": name} if name is not None else {"generateName": f"{meta['name']}."}
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "metadata": {**naming, "namespace": meta["namespace"]},
         "involvedObject": {
-            "apiVersion": f"{wire.TRAINER_GROUP}/{wire.TRAINER_VERSION}",
-            "kind": "TrainJob",
+            "apiVersion": api_version,
+            "kind": kind,
             "name": meta["name"],
             "namespace": meta["namespace"],
             "uid": meta.get("uid"),
@@ -51,6 +67,18 @@ def build_event(
         "lastTimestamp": now,
         "count": 1,
     }
+
+
+def raise_event_name(trainjob_name: str, record: str) -> str:
+    """The one name of the Event that tells the raise made for reservation `record`.
+
+    Whichever replica posts it first makes it; any other gets 409 AlreadyExists, so the raise
+    is told once however often it is posted (again by the replica that approves it, in case
+    the one that raised died before its Event). Hex of the record's SHA-256: a TrainJob name
+    (a DNS label) plus 17 characters stays a valid Event name.
+    """
+    digest = hashlib.sha256(record.encode()).hexdigest()[:16]
+    return f"{trainjob_name}.{digest}"
 
 
 def raise_message(*, admission: int, restart: int, workload: str | None = None) -> str:

@@ -12,6 +12,7 @@ import pytest
 from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
+from dispatch_k8s.core.rules.events import REFUSED
 from tests.cluster.wait import wait_until
 from tests.integration.history import History
 from tests.support.cluster_under_test import Cluster
@@ -231,7 +232,7 @@ def _refused_once(api_client: client.ApiClient, namespace: str, name: str) -> An
         listed = client.CoreV1Api(api_client).list_namespaced_event(
             namespace, field_selector=f"involvedObject.name={name}"
         )
-        found = [e for e in listed.items if e.reason == "AdmissionRefused"]
+        found = [e for e in listed.items if e.reason == REFUSED]
         return found or None
 
     (event,) = wait_until(warned, what=f"the refusal Event on {name}", timeout=DEADLINE)
@@ -290,6 +291,12 @@ def test_a_trainjob_flagged_foreign_gets_its_check_state_and_the_reason_once(
             return current if active is True and evicted else None
 
         held = wait_until(settled, what=f"Kueue to act on {state}", timeout=DEADLINE)
+        told = wait_until(
+            lambda: kueue_events(api_client, namespace, held["metadata"]["name"]).get(REFUSED),
+            what="the refusal Event on the Workload",
+            timeout=DEADLINE,
+        )
+        assert all("is flagged foreign" in message for message in told), told
         if on_refusal == "reject":
             why = kueue_events(api_client, namespace, held["metadata"]["name"])
             assert any("is flagged foreign" in e for e in why.get("AdmissionCheckRejected", [])), (

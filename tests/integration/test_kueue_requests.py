@@ -6,6 +6,8 @@ run has A raised for it."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from kubernetes import client
 
@@ -117,7 +119,10 @@ def test_a_check_scoped_to_one_flavor_is_told_apart_and_no_execution_misses_a_ra
     workload = kueue.workload_of(second.result["uid"])
     assert workload is not None
     reservations = 1 + evictions(workload)
-    assert admission.result["admission"] == reservations, workload.get("status")
+    # In full, as JSON: a dict's repr is cut short in the report, and this is rare.
+    assert admission.result["admission"] == reservations, json.dumps(
+        {"admit": admission.result, "workload status": workload.get("status")}
+    )
     pod = kubelet.wait_for_pod(second.result["name"], restart=0, admission=reservations)
     assert kubelet.execute(pod).r == reservations
     if installed == "guard":  # Kueue has tried to open the first all along: refused each time

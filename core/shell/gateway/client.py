@@ -404,29 +404,39 @@ class Gateway:
 
     def emit_event(
         self,
-        trainjob: Mapping[str, Any],
+        subject: Mapping[str, Any],
         *,
         event_type: events.EventType,
         reason: str,
         message: str,
         step: str,
+        name: str | None = None,
+        involved: events.Involved = events.TRAINJOB,
     ) -> bool:
-        """POST one Event about a TrainJob, best effort: a failure is logged, never raised."""
+        """POST one Event, best effort: a failure is logged, never raised.
+
+        About a TrainJob, or the kind `involved` names. An Event given a `name` that exists
+        already was posted before: told, so True.
+        """
         import urllib3
         from loguru import logger
 
         event = events.build_event(
-            trainjob,
+            subject,
             event_type=event_type,
             reason=reason,
             message=message,
             step=step,
             now=clock.now(),
+            name=name,
+            involved=involved,
         )
         path = kinds.EVENT.path(event["metadata"]["namespace"])
         try:
             self._json("POST", path, body=event, timeout=EVENT_TIMEOUT)
         except ApiError as e:
+            if name is not None and e.status == 409:
+                return True
             logger.bind(status=e.status).warning(
                 f"cannot record Event {event['reason']}: {e.status} {e.message}"
             )

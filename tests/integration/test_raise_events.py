@@ -1,0 +1,181 @@
+"""The admission controller tells every raise it approves, once, before the approval: with the
+real Kueue, a pass run in-process on a gateway that fails exactly where a replica could die or
+lose a race, then a pass on the real gateway, as the next replica would run it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from dispatch_k8s.controller.reconcile import Gatekeeper
+from dispatch_k8s.core.rules import events, wire
+from dispatch_k8s.core.rules.errors import PreconditionFailed
+from dispatch_k8s.core.shell.gateway import Gateway
+from tests.cluster.wait import wait_until
+from tests.support.cluster_under_test import Cluster
+from tests.support.kueue_objects import KueueSetup, condition
+from tests.support.lifecycle import DEADLINE, Step, StepRun, read_trainjob, start_queued
+
+pytestmark = pytest.mark.integration
+
+
+class _Gone(BaseException):
+    """The replica's process ends here (a SIGKILL): nothing after it runs."""
+
+
+class _GoneAtTheEvent(Gateway):
+    """The real gateway, but the replica is gone when it would post an Event."""
+
+    def emit_event(self, subject: Mapping[str, Any], **kwargs: Any) -> bool:
+        raise _Gone
+
+
+class _Watched(Gateway):
+    """The real gateway, noting the raise Events there are at each approval, whose first
+    write is lost to a 409 (Kueue changed the Workload between the pass's read and write)."""
+
+    api: client.CoreV1Api
+    raised_events_at_approval: list[int]
+    emitted: list[bool]
+
+    def apply_workload_status(self, workload: Mapping[str, Any], *, manager: str) -> dict[str, Any]:
+        namespace = workload["metadata"]["namespace"]
+        self.raised_events_at_approval.append(len(_raise_events(self.api, namespace)))
+        if len(self.raised_events_at_approval) == 1:
+            raise PreconditionFailed("Workload: changed meanwhile (played)")
+        return super().apply_workload_status(workload, manager=manager)
+
+    def emit_event(self, subject: Mapping[str, Any], **kwargs: Any) -> bool:
+        told = super().emit_event(subject, **kwargs)
+        self.emitted.append(told)
+        return told
+
+
+def _raise_events(api: client.CoreV1Api, namespace: str) -> list[client.CoreV1Event]:
+    """The AdmissionRaised Events on TrainJobs."""
+    listed = api.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.kind=TrainJob,reason={events.RAISED}"
+    )
+    return list(listed.items)
+
+
+def _workload_events(
+    api: client.CoreV1Api, namespace: str, workload: str
+) -> dict[str, client.CoreV1Event]:
+    """The controller's Events on the Workload, by reason (Kueue posts its own beside them);
+    one each, or the assertion fails."""
+    listed = api.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.kind=Workload,involvedObject.name={workload}"
+    )
+    ours = [e for e in listed.items if e.reason in {events.RAISED, events.APPROVED}]
+    by_reason = {str(e.reason): e for e in ours}
+    assert len(by_reason) == len(ours), [(e.reason, e.message) for e in ours]
+    return by_reason
+
+
+def _reserved(kueue: KueueSetup, started: StepRun) -> dict[str, Any]:
+    """The job's Workload once its quota is reserved and our check waits on it."""
+
+    def found() -> dict[str, Any] | None:
+        workload = kueue.workload_of(started.result["uid"])
+        if workload is None:
+            return None
+        pending = _check_state(workload, kueue.check) == "Pending"
+        return workload if pending and condition(workload, "QuotaReserved") == "True" else None
+
+    return wait_until(found, what="the Workload's reservation", timeout=DEADLINE)
+
+
+def _check_state(workload: dict[str, Any], check: str) -> str | None:
+    states = workload.get("status", {}).get("admissionChecks") or []
+    return next((str(s["state"]) for s in states if s["name"] == check), None)
+
+
+def _state_now(kueue: KueueSetup, started: StepRun) -> str | None:
+    """Our check's state on the job's Workload, read now."""
+    workload = kueue.workload_of(started.result["uid"])
+    assert workload is not None
+    return _check_state(workload, kueue.check)
+
+
+def _gate(gateway: Gateway, kueue: KueueSetup, namespace: str, workload: str) -> object:
+    keeper = Gatekeeper(gateway, checks=lambda: frozenset({kueue.check}), other_workloads="leave")
+    try:
+        return keeper.gate(namespace, workload)
+    finally:
+        keeper.close()
+
+
+def test_a_raise_whose_replica_died_before_telling_it_is_told_by_the_replica_that_approves(
+    control_plane: Cluster,
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    kueue: KueueSetup,
+    custom: client.CustomObjectsApi,
+    api_client: client.ApiClient,
+) -> None:
+    """The first pass raises A and is gone before its Event: the check stays Pending and
+    nothing tells the raise. The next pass finds the raise on record for this reservation,
+    tells it under its one name, then approves."""
+    kueue.install(cpu="1")
+    started = start_queued(step, namespace, torch_runtime, kueue, "told")
+    name = started.result["name"]
+    workload = _reserved(kueue, started)["metadata"]["name"]
+    core = client.CoreV1Api(api_client)
+
+    dying = _GoneAtTheEvent.connect(kubeconfig=control_plane.kubeconfig, context=None)
+    with pytest.raises(_Gone):
+        _gate(dying, kueue, namespace, workload)
+    raised = read_trainjob(custom, namespace, name)["metadata"]["annotations"]
+    assert raised[wire.ADMISSION_FLOOR_ANNOTATION] == "1"
+    assert (_raise_events(core, namespace), _state_now(kueue, started)) == ([], "Pending")
+
+    gateway = Gateway.connect(kubeconfig=control_plane.kubeconfig, context=None)
+    assert _gate(gateway, kueue, namespace, workload) is None
+    assert _state_now(kueue, started) == "Ready"
+    (told,) = _raise_events(core, namespace)
+    record = raised[wire.RAISED_FOR_ANNOTATION]
+    assert told.metadata.name == events.raise_event_name(name, record)
+    assert (told.involved_object.name, told.type) == (name, "Normal")
+    assert told.message == events.raise_message(admission=1, restart=0, workload=workload)
+    on_workload = _workload_events(core, namespace, workload)
+    assert sorted(on_workload) == [events.APPROVED, events.RAISED], on_workload
+    assert on_workload[events.RAISED].metadata.name == events.raise_event_name(workload, record)
+    assert on_workload[events.RAISED].message == told.message
+    assert on_workload[events.APPROVED].message == "dispatch: admission count raised to 1"
+
+
+def test_a_raise_is_told_before_its_approval_and_once_when_the_approval_is_tried_again(
+    control_plane: Cluster,
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    kueue: KueueSetup,
+    api_client: client.ApiClient,
+) -> None:
+    """A pass raises, tells, and loses its approval to a 409; the pass after finds the raise on
+    record and tells it again: the API server already has that Event, so it stays one, and
+    both posts count as told (nothing is logged as lost)."""
+    kueue.install(cpu="1")
+    started = start_queued(step, namespace, torch_runtime, kueue, "once")
+    workload = _reserved(kueue, started)["metadata"]["name"]
+    gateway = _Watched.connect(kubeconfig=control_plane.kubeconfig, context=None)
+    assert isinstance(gateway, _Watched)
+    gateway.api = client.CoreV1Api(api_client)
+    gateway.raised_events_at_approval, gateway.emitted = [], []
+
+    assert _gate(gateway, kueue, namespace, workload) == 0.0  # looked at again at once
+    assert _gate(gateway, kueue, namespace, workload) is None
+    assert _state_now(kueue, started) == "Ready"
+    assert gateway.raised_events_at_approval == [1, 1], "an approval came before its raise's Event"
+    # Each pass tells the raise on the TrainJob and the Workload; the second, the approval too.
+    assert gateway.emitted == [True] * 5
+    assert len(_raise_events(gateway.api, namespace)) == 1
+    assert sorted(_workload_events(gateway.api, namespace, workload)) == [
+        events.APPROVED,
+        events.RAISED,
+    ]

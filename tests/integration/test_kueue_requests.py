@@ -12,9 +12,9 @@ import pytest
 from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
-from dispatch_k8s.core.rules.workload import evictions
 from tests.cluster.wait import wait_until
 from tests.integration.conftest import with_policies
+from tests.integration.history import History
 from tests.support.kueue_objects import KueueSetup, condition
 from tests.support.lifecycle import (
     DEADLINE,
@@ -94,6 +94,7 @@ def test_a_check_scoped_to_one_flavor_is_told_apart_and_no_execution_misses_a_ra
     torch_runtime: str,
     kueue: KueueSetup,
     custom: client.CustomObjectsApi,
+    api_client: client.ApiClient,
 ) -> None:
     kueue.install(cpu="1", flavors=("unchecked", "checked"), check_on_flavors=("checked",))
     first = start_queued(step, namespace, torch_runtime, kueue, "first-flavor")
@@ -112,18 +113,30 @@ def test_a_check_scoped_to_one_flavor_is_told_apart_and_no_execution_misses_a_ra
         execution = kubelet.execute(kubelet.wait_for_pod(name, restart=0, admission=1))
         assert execution.r == 1
 
-    second = start_queued(step, namespace, torch_runtime, kueue, "second-flavor")
-    admission = admit_and_approve(step, namespace, second.result["name"], kueue.check)
-    # The checked flavor is gated by the check: one raise per reservation Kueue made, and a
-    # Workload Kueue evicted meanwhile (two cores, five controllers) was reserved again.
-    workload = kueue.workload_of(second.result["uid"])
-    assert workload is not None
-    reservations = 1 + evictions(workload)
-    # In full, as JSON: a dict's repr is cut short in the report, and this is rare.
+    with History(api_client, namespace, check=kueue.check) as history:
+        second = start_queued(step, namespace, torch_runtime, kueue, "second-flavor")
+        second_name = second.result["name"]
+
+        def watched() -> bool | None:
+            workload = kueue.workload_of(second.result["uid"])
+            return (workload is not None and workload["metadata"]["uid"] in history.checks) or None
+
+        # The watches see the reservation before anything is raised for it.
+        wait_until(
+            watched, what=f"the watches to see {second_name}'s reservation", timeout=DEADLINE
+        )
+        admission = admit_and_approve(step, namespace, second_name, kueue.check)
+    # The checked flavor is gated by the check: one raise per reservation Kueue made. Two cores
+    # and five controllers: Kueue may evict the Workload, or make it again, meanwhile.
+    records = {raised_for for raised_for, _ in history.raises[second_name]}
+    for record in records:
+        uid, _, at = record.split(" ")
+        assert at in {reserved for reserved, _ in history.checks[uid]}, (record, history.checks)
+    reservations = len(records)
     assert admission.result["admission"] == reservations, json.dumps(
-        {"admit": admission.result, "workload status": workload.get("status")}
+        {"admit": admission.result, "raises": history.raises[second_name], "checks": history.checks}
     )
-    pod = kubelet.wait_for_pod(second.result["name"], restart=0, admission=reservations)
+    pod = kubelet.wait_for_pod(second_name, restart=0, admission=reservations)
     assert kubelet.execute(pod).r == reservations
     if installed == "guard":  # Kueue has tried to open the first all along: refused each time
         assert read_trainjob(custom, namespace, name)["spec"]["suspend"] is True

@@ -16,7 +16,7 @@ from dispatch_k8s.core.rules.errors import PreconditionFailed
 from dispatch_k8s.core.shell.gateway import Gateway
 from tests.cluster.wait import wait_until
 from tests.support.cluster_under_test import Cluster
-from tests.support.kueue_objects import KueueSetup, condition
+from tests.support.kueue_objects import KueueSetup, check_state, condition
 from tests.support.lifecycle import DEADLINE, Step, StepRun, read_trainjob, start_queued
 
 pytestmark = pytest.mark.integration
@@ -83,22 +83,17 @@ def _reserved(kueue: KueueSetup, started: StepRun) -> dict[str, Any]:
         workload = kueue.workload_of(started.result["uid"])
         if workload is None:
             return None
-        pending = _check_state(workload, kueue.check) == "Pending"
+        pending = check_state(workload, kueue.check) == "Pending"
         return workload if pending and condition(workload, "QuotaReserved") == "True" else None
 
     return wait_until(found, what="the Workload's reservation", timeout=DEADLINE)
-
-
-def _check_state(workload: dict[str, Any], check: str) -> str | None:
-    states = workload.get("status", {}).get("admissionChecks") or []
-    return next((str(s["state"]) for s in states if s["name"] == check), None)
 
 
 def _state_now(kueue: KueueSetup, started: StepRun) -> str | None:
     """Our check's state on the job's Workload, read now."""
     workload = kueue.workload_of(started.result["uid"])
     assert workload is not None
-    return _check_state(workload, kueue.check)
+    return check_state(workload, kueue.check)
 
 
 def _gate(gateway: Gateway, kueue: KueueSetup, namespace: str, workload: str) -> object:

@@ -17,7 +17,7 @@ from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.shell.gateway import Gateway
 from tests.cluster.wait import wait_until
 from tests.support.cluster_under_test import Cluster
-from tests.support.kueue_objects import KUEUE, KueueSetup, condition
+from tests.support.kueue_objects import KUEUE, KueueSetup, check_state, condition
 from tests.support.lifecycle import DEADLINE, TRAINER, Step, read_trainjob, start_queued
 from tests.support.replicas import replicas
 
@@ -31,11 +31,6 @@ def _reserved_at(workload: dict[str, Any]) -> str | None:
         if item["type"] == "QuotaReserved" and item["status"] == "True":
             return str(item["lastTransitionTime"])
     return None
-
-
-def _check_state(workload: dict[str, Any], check: str) -> str | None:
-    states = workload.get("status", {}).get("admissionChecks") or []
-    return next((str(s["state"]) for s in states if s["name"] == check), None)
 
 
 def _workload_versions(
@@ -89,7 +84,7 @@ def test_an_eviction_and_re_reservation_within_one_second_gets_its_own_raise(
         return (
             condition(version, "Evicted") != "True"
             and _reserved_at(version) is not None
-            and _check_state(version, kueue.check) == "Ready"
+            and check_state(version, kueue.check) == "Ready"
         )
 
     with replicas(control_plane.kubeconfig, namespace, tmp_path, "only") as (only,):
@@ -156,7 +151,7 @@ def test_a_trainjob_made_again_under_its_name_is_not_raised_for_the_old_workload
 
     def reserved() -> dict[str, Any] | None:
         found = kueue.workload_of(old.result["uid"])
-        if found is None or _check_state(found, kueue.check) != "Pending":
+        if found is None or check_state(found, kueue.check) != "Pending":
             return None
         return found if _reserved_at(found) is not None else None
 
@@ -203,4 +198,4 @@ def test_a_trainjob_made_again_under_its_name_is_not_raised_for_the_old_workload
     assert wire.RAISED_FOR_ANNOTATION not in annotations, "raised for the old Workload"
     assert annotations[wire.ADMISSION_FLOOR_ANNOTATION] == "0"
     still = kueue.workload_of(old.result["uid"])  # Kueue deletes it once the new job is queued
-    assert still is None or _check_state(still, kueue.check) == "Pending", "approved"
+    assert still is None or check_state(still, kueue.check) == "Pending", "approved"

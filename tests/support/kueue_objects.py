@@ -29,6 +29,12 @@ def condition(obj: dict[str, Any], kind: str) -> str | None:
     return None
 
 
+def check_state(workload: dict[str, Any], check: str) -> str | None:
+    """The state of admission check `check` on the Workload, None when it lists no such check."""
+    states = workload.get("status", {}).get("admissionChecks") or []
+    return next((str(s["state"]) for s in states if s["name"] == check), None)
+
+
 @dataclass(slots=True)
 class KueueSetup:
     """Cluster-scoped Kueue objects made for one test; `delete` removes them."""

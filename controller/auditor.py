@@ -19,6 +19,7 @@ list (at start, and after a watch that cannot go on) whatever changed or went si
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -50,7 +51,7 @@ def jobset_key(obj: Mapping[str, Any]) -> Key | None:
     meta = shapes.mapping(obj.get("metadata"))
     namespace, name = meta.get("namespace"), shapes.labels_of(obj).get(wire.JOBSET_NAME_KEY)
     if isinstance(namespace, str) and isinstance(name, str) and namespace and name:
-        return namespace, name
+        return sys.intern(namespace), sys.intern(name)  # one string for the job's every pod
     return None
 
 

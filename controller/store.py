@@ -5,17 +5,20 @@ change to one pod costs the audit of its TrainJob, whatever the namespace holds.
 are indexed by each mark core.rules.ownership claims them by (the JobSet's label, an owner's
 UID, the trainer's token), so a TrainJob's are found in a few lookups and a removed label hides
 none.
-Objects are kept trimmed (core.rules.audit.job_as_audited, pod_as_audited).
+Objects are kept trimmed (core.rules.audit.job_as_audited, pod_as_audited) and packed
+(controller/packing.py); their names, by which thousands of pods are indexed, are shared.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from dispatch_k8s.controller import packing
 from dispatch_k8s.core.rules import audit, ownership, shapes, wire
 
 Key = tuple[str, str]  # an object's namespace and name: a TrainJob's is its JobSet's
@@ -37,7 +40,7 @@ def own_key(obj: Mapping[str, Any]) -> Key | None:
     meta = shapes.mapping(obj.get("metadata"))
     namespace, name = meta.get("namespace"), meta.get("name")
     if isinstance(namespace, str) and isinstance(name, str) and namespace and name:
-        return namespace, name
+        return sys.intern(namespace), name
     return None
 
 
@@ -83,7 +86,7 @@ class Store:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._objects: dict[str, dict[Key, dict[str, Any]]] = defaultdict(dict)
+        self._objects: dict[str, dict[Key, bytes]] = defaultdict(dict)
         self._by_mark: dict[str, dict[Mark, set[Key]]] = defaultdict(lambda: defaultdict(set))
 
     def put(self, kind: str, obj: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -92,12 +95,13 @@ class Store:
         if key is None:
             return None
         kept = _TRIM[kind](obj)
+        packed = packing.pack(kept)
+        marks = _marks(kind, key[0], kept) if kind in (JOBS, PODS) else set()
         with self._lock:
             before = self._forget(kind, key)
-            self._objects[kind][key] = kept
-            if kind in (JOBS, PODS):
-                for mark in _marks(kind, key[0], kept):
-                    self._by_mark[kind][mark].add(key)
+            self._objects[kind][key] = packed
+            for mark in marks:
+                self._by_mark[kind][mark].add(key)
         return before
 
     def remove(self, kind: str, key: Key) -> None:
@@ -106,8 +110,11 @@ class Store:
             self._forget(kind, key)
 
     def _forget(self, kind: str, key: Key) -> dict[str, Any] | None:
-        old = self._objects[kind].pop(key, None)
-        if old is None or kind not in (JOBS, PODS):
+        packed = self._objects[kind].pop(key, None)
+        if packed is None:
+            return None
+        old = packing.unpack(packed)
+        if kind not in (JOBS, PODS):
             return old
         index = self._by_mark[kind]
         for mark in _marks(kind, key[0], old):
@@ -122,8 +129,8 @@ class Store:
         """The TrainJob of `key`, its JobSet, and the Jobs and pods any of its marks name."""
         namespace, name = key
         with self._lock:
-            trainjob = self._objects[TRAINJOBS].get(key)
-            jobset = self._objects[JOBSETS].get(key)
+            trainjob = self._get(TRAINJOBS, key)
+            jobset = self._get(JOBSETS, key)
             if trainjob is None:
                 return View(None, jobset, [], [])
             lineage = ownership.lineage_of(trainjob, jobset)
@@ -138,8 +145,12 @@ class Store:
             pods = self._find(PODS, marks | {(namespace, "uid", uid) for uid in owned.job_uids})
         return View(trainjob, jobset, jobs, pods)
 
+    def _get(self, kind: str, key: Key) -> dict[str, Any] | None:
+        packed = self._objects[kind].get(key)
+        return None if packed is None else packing.unpack(packed)
+
     def _find(self, kind: str, marks: Iterable[Mark]) -> list[dict[str, Any]]:
         index, objects = self._by_mark[kind], self._objects[kind]
         keys = set().union(*(index.get(mark, ()) for mark in marks))
         # In name order, as the API server lists them: the same objects give the same cause.
-        return [objects[key] for key in sorted(keys)]
+        return [packing.unpack(objects[key]) for key in sorted(keys)]

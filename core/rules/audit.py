@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -907,13 +906,9 @@ def _word(value: Any) -> str:
 
 
 def job_as_audited(job: Mapping[str, Any]) -> dict[str, Any]:
-    """A TrainJob, JobSet or Job less its managedFields (no audit reads them), to be kept.
-
-    Its words are shared as a pod's are (`pod_as_audited`).
-    """
+    """A TrainJob, JobSet or Job less its managedFields (no audit reads them), to be kept."""
     meta = {k: v for k, v in shapes.mapping(job.get("metadata")).items() if k != "managedFields"}
-    trimmed: dict[str, Any] = _shared({**job, "metadata": meta})
-    return trimmed
+    return {**job, "metadata": meta}
 
 
 def pod_as_audited(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -921,8 +916,7 @@ def pod_as_audited(pod: Mapping[str, Any]) -> dict[str, Any]:
 
     Its names, UID and the labels, annotations and owner references they read; its containers'
     names and token (the one env entry core.rules.ownership reads), its phase, start time and its
-    containers' restart counts; the words every pod repeats (keys, label values) shared, not
-    held once per pod.
+    containers' restart counts.
     """
     spec, status = shapes.mapping(pod.get("spec")), shapes.mapping(pod.get("status"))
     containers = [
@@ -942,28 +936,25 @@ def pod_as_audited(pod: Mapping[str, Any]) -> dict[str, Any]:
     ]
     kept = {key: status[key] for key in ("phase", "startTime") if key in status}
     meta = shapes.mapping(pod.get("metadata"))
-    trimmed: dict[str, Any] = _shared(
-        {
-            "metadata": {
-                **{key: meta[key] for key in _POD_METADATA_READ if key in meta},
-                "labels": _only(shapes.labels_of(pod), _POD_LABELS_READ),
-                "annotations": _only(shapes.annotations_of(pod), _POD_ANNOTATIONS_READ),
-                "ownerReferences": [
-                    {key: ref[key] for key in ("uid", "kind", "controller") if key in ref}
-                    for ref in shapes.mappings(meta.get("ownerReferences"))
-                ],
-            },
-            "spec": {"containers": containers},
-            "status": {**kept, "containerStatuses": statuses},
-        }
-    )
-    return trimmed
+    return {
+        "metadata": {
+            **{key: meta[key] for key in POD_METADATA_READ if key in meta},
+            "labels": _only(shapes.labels_of(pod), POD_LABELS_READ),
+            "annotations": _only(shapes.annotations_of(pod), POD_ANNOTATIONS_READ),
+            "ownerReferences": [
+                {key: ref[key] for key in ("uid", "kind", "controller") if key in ref}
+                for ref in shapes.mappings(meta.get("ownerReferences"))
+            ],
+        },
+        "spec": {"containers": containers},
+        "status": {**kept, "containerStatuses": statuses},
+    }
 
 
 # What the audit and core.rules.ownership read of a pod. JobSet and the Job controller put some 18
 # labels and 14 annotations on each pod: kept whole, they were most of a stored pod's memory.
-_POD_METADATA_READ: Final = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
-_POD_LABELS_READ: Final = frozenset(
+POD_METADATA_READ: Final = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
+POD_LABELS_READ: Final = frozenset(
     {
         JOBSET_NAME_KEY,
         JOBSET_UID_KEY,
@@ -974,22 +965,8 @@ _POD_LABELS_READ: Final = frozenset(
         ownership.BATCH_CONTROLLER_UID_KEY,
     }
 )
-_POD_ANNOTATIONS_READ: Final = frozenset({ADMISSION_ANNOTATION})
+POD_ANNOTATIONS_READ: Final = frozenset({ADMISSION_ANNOTATION})
 
 
 def _only(values: Mapping[str, Any], keys: frozenset[str]) -> dict[str, Any]:
     return {key: value for key, value in values.items() if key in keys}
-
-
-_SHORT: Final = 64  # words up to this long are shared (names, label values), not longer ones
-
-
-def _shared(value: Any) -> Any:
-    """`value` with its keys and short strings interned, so equal ones are one object."""
-    if isinstance(value, dict):
-        return {sys.intern(str(k)): _shared(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_shared(item) for item in value]
-    if isinstance(value, str) and len(value) <= _SHORT:
-        return sys.intern(value)
-    return value

@@ -29,7 +29,7 @@ from typing import Any, Final
 from loguru import logger
 
 from dispatch_k8s.controller import serve, store, streams
-from dispatch_k8s.controller.queue import WorkQueue
+from dispatch_k8s.controller.queue import RETRY, Again, WorkQueue
 from dispatch_k8s.controller.store import Key, own_key
 from dispatch_k8s.core.rules import erasure, shapes, wire
 from dispatch_k8s.core.rules.erasure import Erasure
@@ -78,11 +78,6 @@ PODS: Final = Stream("pods", kinds.POD, "", jobset_key)
 STREAMS: Final = (TRAINJOBS, JOBSETS, JOBS, PODS)
 
 
-def backoff(failures: int) -> float:
-    """Seconds before the next try after `failures` transient failures in a row."""
-    return float(min(MAX_BACKOFF, FIRST_BACKOFF * 2 ** max(0, failures - 1)))
-
-
 class Auditor:
     """The leader's auditor for one term: watches feeding a queue, workers draining it."""
 
@@ -92,12 +87,11 @@ class Auditor:
         self._gateway = gateway
         self._settings = settings
         self._ended = ended
-        self.queue: WorkQueue[Key] = WorkQueue()
+        self.queue: WorkQueue[Key] = WorkQueue(first_backoff=FIRST_BACKOFF, max_backoff=MAX_BACKOFF)
         self._lock = threading.Lock()
         self._managed: set[Key] = set()
         self._changed_at: dict[Key, float] = {}  # the first change not yet audited
         self._causes: dict[Key, str] = {}  # the findings last seen, so each is counted once
-        self._failures: dict[Key, int] = {}
         # Records seen moved back (core.rules.erasure), by annotation, until a pass wrote them.
         self._erased: dict[Key, dict[str, Erasure]] = {}
         self._watched: dict[tuple[str, str | None], int] = {}
@@ -245,7 +239,6 @@ class Auditor:
             self._managed.discard(key)
             self._changed_at.pop(key, None)
             self._causes.pop(key, None)
-            self._failures.pop(key, None)
             self._erased.pop(key, None)
 
     def _manage_only(self, namespace: str | None, keys: set[Key]) -> None:
@@ -276,7 +269,7 @@ class Auditor:
 
     def _work(self) -> None:
         while (key := self.queue.get()) is not None:
-            again: float | None = None
+            again: Again = None
             try:
                 again = self._audit(key)
             except Exception:  # a bug: logged with its traceback, the TrainJob tried later
@@ -285,11 +278,10 @@ class Auditor:
                 again = MAX_BACKOFF
             finally:
                 self.queue.done(key)
-            if again is not None:
-                self.queue.add_after(key, again)
+            self.queue.settle(key, again)
             serve.AUDIT_QUEUE_DEPTH.set(len(self.queue))
 
-    def _audit(self, key: Key) -> float | None:
+    def _audit(self, key: Key) -> Again:
         """One audit pass; seconds until the TrainJob is audited again, None on its next change."""
         namespace, name = key
         with self._lock:
@@ -309,17 +301,13 @@ class Auditor:
             return None
         except Transient as e:
             serve.AUDITS.labels("transient").inc()
-            with self._lock:
-                failures = self._failures[key] = self._failures.get(key, 0) + 1
             log.bind(error=str(e)).warning("API server unavailable: audit again")
             self._keep_since(key, since)
-            return backoff(failures)
+            return RETRY
         except DispatchError as e:  # forbidden, refused by a webhook: the next change or resync
             serve.AUDITS.labels("error").inc()
             log.bind(error=str(e), exit_code=e.exit_code).error("cannot audit the TrainJob")
             return None
-        with self._lock:
-            self._failures.pop(key, None)
         self._tell(key, outcome, since, log)
         return None
 

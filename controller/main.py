@@ -2,12 +2,12 @@
 
 Level-triggered: each namespace's (or the cluster's) Workloads are listed, then watched,
 and listed again every resync; whatever a watch said or missed, each Workload that lists
-one of our checks goes into a work queue, and a bounded pool of workers gates each from a
-fresh read. Only the replica that holds the Lease lists, watches and writes; once its Lease
-is not renewed within the renew deadline it sends no more writes and exits (75), and its
-Deployment starts it again as a standby. With --audit
-(the default) the leader also runs the auditor (controller/auditor.py): every managed
-TrainJob audited as it, its JobSet, Jobs or pods change.
+one of our checks and is not finished goes into a work queue, and a bounded pool of workers
+gates each as its watch last told it (controller/reconcile.py). Only the replica that holds
+the Lease lists, watches and writes; once its Lease is not renewed within the renew deadline
+it sends no more writes and exits (75), and its Deployment starts it again as a standby.
+With --audit (the default) the leader also runs the auditor (controller/auditor.py): every
+managed TrainJob audited as it, its JobSet, Jobs or pods change.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from loguru import logger
 from dispatch_k8s.controller import serve, streams
 from dispatch_k8s.controller.auditor import Auditor
 from dispatch_k8s.controller.leader import Elector
-from dispatch_k8s.controller.queue import WorkQueue
+from dispatch_k8s.controller.queue import RETRY, Again, WorkQueue
 from dispatch_k8s.controller.reconcile import Gatekeeper
 from dispatch_k8s.controller.threads import Supervisor
 from dispatch_k8s.core.rules import gate, workload
@@ -34,10 +34,10 @@ from dispatch_k8s.core.rules.errors import BadInput, DispatchError, Fenced
 from dispatch_k8s.core.shell import clock, output
 from dispatch_k8s.core.shell.gateway import Gateway, kinds
 from dispatch_k8s.core.shell.gateway.kinds import Kind
+from dispatch_k8s.core.shell.gateway.ratelimit import TokenBucket
 from dispatch_k8s.core.shell.settings import ControllerSettings, load_settings
 
 PROG: Final = "dispatch-admission-controller"
-RELIST_BACKOFF: Final = streams.RELIST_BACKOFF
 Key = tuple[str, str]
 Event = streams.Event
 
@@ -161,7 +161,7 @@ class Leading:
                     self._workloads.pop(_key(obj), None)
 
     def _observe(self, obj: dict[str, Any]) -> None:
-        if gate.our_checks(obj, self._checks):
+        if gate.our_checks(obj, self._checks) and not workload.is_finished(obj):
             self.gatekeeper.seen(obj)
             self.queue.add(_key(obj))
             serve.QUEUE_DEPTH.set(len(self.queue))
@@ -170,16 +170,18 @@ class Leading:
 
     def _work(self) -> None:
         while (key := self.queue.get()) is not None:
-            again: float | None = None
+            again: Again = None
+            with self._lock:
+                current = self._workloads.get(key)
             try:
-                again = self.gatekeeper.gate(*key)
+                if current is not None:  # else deleted since it was queued
+                    again = self.gatekeeper.gate(current)
             except Exception:  # a bug: logged with its traceback, the Workload tried later
                 logger.exception(f"gating Workload {key[0]}/{key[1]} failed")
-                again = RELIST_BACKOFF
+                again = RETRY
             finally:
                 self.queue.done(key)
-            if again is not None:
-                self.queue.add_after(key, again)
+            self.queue.settle(key, again)
             serve.QUEUE_DEPTH.set(len(self.queue))
 
 
@@ -222,7 +224,12 @@ def run(settings: ControllerSettings) -> int:
         # One term per process: every write of the term is fenced by the Lease, and a term
         # that lapses ends the process (as controller-runtime's managers do), so nothing
         # begun while leading goes on after another replica may have taken over.
-        term = Leading(gateway.fenced(elector.fence), settings)
+        limit = (
+            TokenBucket(settings.kube_api_qps, settings.kube_api_burst)
+            if settings.kube_api_qps > 0
+            else None
+        )
+        term = Leading(gateway.fenced(elector.fence, limit=limit), settings)
         lost = threading.Event()
         logger.info("leading")
         term.start()
@@ -261,10 +268,12 @@ def _configured_run() -> int:
         min(settings.workers, settings.audit_workers) < 1
         or settings.resync_seconds <= 0
         or settings.lease_seconds < 3
+        or settings.kube_api_qps < 0
+        or settings.kube_api_burst < 1
     ):
         raise BadInput(
-            f"{PROG}: --workers and --audit-workers must be at least 1, --resync-seconds "
-            "above 0 and --lease-seconds at least 3"
+            f"{PROG}: --workers, --audit-workers and --kube-api-burst must be at least 1, "
+            "--resync-seconds above 0, --kube-api-qps 0 or more and --lease-seconds at least 3"
         )
     return run(settings)
 

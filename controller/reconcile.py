@@ -1,7 +1,10 @@
-"""Gating one Workload: read it and its TrainJob, decide with core, write once, report.
+"""Gating one Workload: as its watch last told it, with its TrainJob read; decide, write, report.
 
-Each pass makes at most one raise and one approval, each preconditioned on what was read:
-a stale read is a 409, which writes nothing and has the Workload looked at again at once.
+The Workload comes from the watch (client-go's informer cache does the same): a pass over a
+Workload with no reservation pending on our check sends no request at all. Each pass makes
+at most one raise and one approval, each preconditioned on what was read: a Workload the
+watch had not yet told anew is a 409, which writes nothing and has the Workload looked at
+again after its backoff, by when the watch has told the newer version.
 """
 
 from __future__ import annotations
@@ -16,19 +19,18 @@ from typing import Any, Final, Literal
 from loguru import logger
 
 from dispatch_k8s.controller import serve
+from dispatch_k8s.controller.queue import RETRY, Again
 from dispatch_k8s.core.rules import events, gate, trainjob, workload
 from dispatch_k8s.core.rules.decisions import Refusal, ResourceVersion
 from dispatch_k8s.core.rules.errors import DispatchError, NotFound, PreconditionFailed, Transient
 from dispatch_k8s.core.rules.trainjob import Draining
-from dispatch_k8s.core.rules.workload import Reservation
+from dispatch_k8s.core.rules.workload import Finished, Reservation, Skip
 from dispatch_k8s.core.shell import clock
 from dispatch_k8s.core.shell.gateway import Gateway
 
 COMPONENT: Final = "admission-controller"
 DRAIN_RECHECK: Final = 2.0  # seconds: the last execution's Jobs are going
-TRANSIENT_RECHECK: Final = 5.0  # seconds: the API server was unreachable or overloaded
 REMEMBERED: Final = 10_000  # reservations whose first sighting is kept for the histogram
-Again = float | None  # seconds until the Workload is looked at again; None: on its next change
 
 
 class Gatekeeper:
@@ -69,28 +71,25 @@ class Gatekeeper:
                 table.popitem(last=False)
             return True
 
-    def gate(self, namespace: str, name: str) -> Again:
-        """One pass over the Workload `namespace/name`."""
-        try:
-            current = self._gateway.read_workload(namespace, name)
-        except NotFound:
-            return None
-        except Transient as e:
-            logger.bind(workload=name, error=str(e)).warning("cannot read the Workload")
-            return TRANSIENT_RECHECK
+    def gate(self, current: Mapping[str, Any]) -> Again:
+        """One pass over the Workload as last told: RETRY after a failure, for its backoff."""
+        name = current["metadata"]["name"]
         for check in gate.our_checks(current, self._checks()):
             try:
                 again = self._gate_check(current, check)
             except PreconditionFailed as e:
                 logger.bind(workload=name, reason=str(e)).info("changed meanwhile: again")
-                return 0.0
+                return RETRY
+            except NotFound:  # deleted since its watch told it: the watch tells that next
+                logger.bind(workload=name).info("gone meanwhile")
+                return RETRY
             except Transient as e:
                 logger.bind(workload=name, error=str(e)).warning("API server unavailable")
-                return TRANSIENT_RECHECK
+                return RETRY
             except DispatchError as e:  # not found, forbidden, refused by a webhook
                 serve.REFUSALS.labels(type(e).__name__).inc()
                 logger.bind(workload=name, error=str(e)).error("cannot gate the Workload")
-                return TRANSIENT_RECHECK
+                return RETRY
             if again is not None:
                 return again
         return None
@@ -98,6 +97,8 @@ class Gatekeeper:
     def _gate_check(self, current: Mapping[str, Any], check: str) -> Again:
         namespace = current["metadata"]["namespace"]
         self.seen(current)
+        if isinstance(workload.pending_reservation(current, check=check), Skip | Finished):
+            return None  # nothing to gate: decided without a request
         owner = workload.owner_trainjob(current)
         job = self._read_trainjob(namespace, owner) if owner else None
         decision = gate.decide_gate(current, job, check=check)
@@ -105,7 +106,7 @@ class Gatekeeper:
             logger.bind(workload=current["metadata"]["name"], reason=decision.reason).info(
                 "owner replaced: not gated"
             )
-        if isinstance(decision, workload.Skip | workload.Finished):
+        if isinstance(decision, Skip | Finished):
             return None
         if isinstance(decision, Refusal):
             return self._refuse(current, job, check, decision, reason="decision")

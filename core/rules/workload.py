@@ -79,6 +79,11 @@ def _is_true(workload: Mapping[str, Any], kind: str) -> bool:
     return condition is not None and condition.get("status") == "True"
 
 
+def is_finished(workload: Mapping[str, Any]) -> bool:
+    """Kueue marked the Workload Finished: its job ended, and no reservation of it is to come."""
+    return _is_true(workload, "Finished")
+
+
 def _check_states(workload: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return shapes.mappings(shapes.at(workload, "status").get("admissionChecks"))
 
@@ -195,7 +200,7 @@ def pending_reservation(
     name = workload["metadata"]["name"]
     if workload["metadata"].get("deletionTimestamp"):
         return Skip(f"Workload {name} is being deleted: wait for the one Kueue makes next")
-    if _is_true(workload, "Finished"):
+    if is_finished(workload):
         return Finished(f"Workload {name} is finished")
     if _is_true(workload, "Evicted"):
         return Skip(f"Workload {name} is evicted: wait for its next reservation")

@@ -681,6 +681,22 @@ class ControllerSettings(ClusterSettings):
             metavar="reject|retry|wait",
         ),
     ] = "reject"
+    kube_api_qps: Annotated[
+        float,
+        doc(
+            "Requests a second the leader's work sends the API server at most, over all its "
+            "threads (a token bucket, as client-go's); 0 turns the limit off. The Lease's "
+            "renewals are never held back by it.",
+            metavar="QPS",
+        ),
+    ] = 100.0
+    kube_api_burst: Annotated[
+        int,
+        doc(
+            "Requests sent at once, beyond --kube-api-qps, after a quiet spell.",
+            metavar="N",
+        ),
+    ] = 200
     address: Annotated[
         str,
         doc(

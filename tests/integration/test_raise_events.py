@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from dispatch_k8s.controller.queue import RETRY
 from dispatch_k8s.controller.reconcile import Gatekeeper
 from dispatch_k8s.core.rules import events, wire
 from dispatch_k8s.core.rules.errors import PreconditionFailed
@@ -96,10 +97,13 @@ def _state_now(kueue: KueueSetup, started: StepRun) -> str | None:
     return check_state(workload, kueue.check)
 
 
-def _gate(gateway: Gateway, kueue: KueueSetup, namespace: str, workload: str) -> object:
+def _gate(gateway: Gateway, kueue: KueueSetup, started: StepRun) -> object:
+    """One pass over the job's Workload, read now, as its watch would have told it."""
     keeper = Gatekeeper(gateway, checks=lambda: frozenset({kueue.check}), other_workloads="leave")
+    current = kueue.workload_of(started.result["uid"])
+    assert current is not None
     try:
-        return keeper.gate(namespace, workload)
+        return keeper.gate(current)
     finally:
         keeper.close()
 
@@ -124,13 +128,13 @@ def test_a_raise_whose_replica_died_before_telling_it_is_told_by_the_replica_tha
 
     dying = _GoneAtTheEvent.connect(kubeconfig=control_plane.kubeconfig, context=None)
     with pytest.raises(_Gone):
-        _gate(dying, kueue, namespace, workload)
+        _gate(dying, kueue, started)
     raised = read_trainjob(custom, namespace, name)["metadata"]["annotations"]
     assert raised[wire.ADMISSION_FLOOR_ANNOTATION] == "1"
     assert (_raise_events(core, namespace), _state_now(kueue, started)) == ([], "Pending")
 
     gateway = Gateway.connect(kubeconfig=control_plane.kubeconfig, context=None)
-    assert _gate(gateway, kueue, namespace, workload) is None
+    assert _gate(gateway, kueue, started) is None
     assert _state_now(kueue, started) == "Ready"
     (told,) = _raise_events(core, namespace)
     record = raised[wire.RAISED_FOR_ANNOTATION]
@@ -163,8 +167,8 @@ def test_a_raise_is_told_before_its_approval_and_once_when_the_approval_is_tried
     gateway.api = client.CoreV1Api(api_client)
     gateway.raised_events_at_approval, gateway.emitted = [], []
 
-    assert _gate(gateway, kueue, namespace, workload) == 0.0  # looked at again at once
-    assert _gate(gateway, kueue, namespace, workload) is None
+    assert _gate(gateway, kueue, started) is RETRY  # looked at again after its backoff
+    assert _gate(gateway, kueue, started) is None
     assert _state_now(kueue, started) == "Ready"
     assert gateway.raised_events_at_approval == [1, 1], "an approval came before its raise's Event"
     # Each pass tells the raise on the TrainJob and the Workload; the second, the approval too.

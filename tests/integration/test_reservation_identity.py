@@ -188,7 +188,7 @@ def test_a_trainjob_made_again_under_its_name_is_not_raised_for_the_old_workload
     gateway.replace = replace
     keeper = Gatekeeper(gateway, checks=lambda: frozenset({kueue.check}), other_workloads="approve")
     try:
-        keeper.gate(namespace, old_workload["metadata"]["name"])
+        keeper.gate(old_workload)
     finally:
         keeper.close()
     (new,) = made_again

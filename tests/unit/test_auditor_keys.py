@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import pytest
 
 from dispatch_k8s.controller import streams
 from dispatch_k8s.controller.auditor import (
-    FIRST_BACKOFF,
-    MAX_BACKOFF,
     STREAMS,
-    backoff,
     jobset_key,
 )
 from dispatch_k8s.controller.store import own_key
@@ -72,13 +68,6 @@ def test_only_trainjobs_are_selected_by_the_managed_label() -> None:
         "jobs": "",
         "pods": "",
     }
-
-
-def test_backoff_doubles_from_the_first_up_to_the_cap() -> None:
-    delays = [backoff(n) for n in range(1, 10)]
-    assert delays[0] == FIRST_BACKOFF
-    assert all(b == min(MAX_BACKOFF, 2 * a) for a, b in itertools.pairwise(delays))
-    assert delays[-1] == MAX_BACKOFF
 
 
 def test_whole_lists_tells_each_list_at_once_and_a_list_begun_again_afresh() -> None:

@@ -23,6 +23,7 @@ from dispatch_k8s.core.shell.gateway.api_errors import ATTEMPTS, ApiError, error
 from dispatch_k8s.core.shell.gateway.bodies import as_object, iter_list_items, watch_events
 from dispatch_k8s.core.shell.gateway.kinds import Kind
 from dispatch_k8s.core.shell.gateway.kubeconfig import load as load_configuration
+from dispatch_k8s.core.shell.gateway.ratelimit import TokenBucket
 
 if TYPE_CHECKING:  # imported where first used: a step that never connects never pays for them
     from kubernetes.client import ApiClient
@@ -49,17 +50,25 @@ class Gateway:
     as plain JSON.
     """
 
-    def __init__(self, api: ApiClient, *, fence: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        api: ApiClient,
+        *,
+        fence: Callable[[], None] | None = None,
+        limit: TokenBucket | None = None,
+    ) -> None:
         self._api = api
         self._fence = fence
+        self._limit = limit
 
-    def fenced(self, fence: Callable[[], None]) -> Gateway:
-        """The same connection, with `fence` called before every write is sent.
+    def fenced(self, fence: Callable[[], None], *, limit: TokenBucket | None = None) -> Gateway:
+        """The same connection, `fence` called before each write, `limit` taken before each request.
 
         `fence` raises (Fenced) once this process may no longer write: a leader whose Lease
-        lapsed.
+        lapsed. The Lease's own requests go through a connection without either: no burst of
+        work may delay a renewal.
         """
-        return type(self)(self._api, fence=fence)
+        return type(self)(self._api, fence=fence, limit=limit)
 
     @classmethod
     def connect(cls, *, kubeconfig: Path | None, context: str | None) -> Gateway:
@@ -86,8 +95,10 @@ class Gateway:
         timeout: Timeout = REQUEST_TIMEOUT,
     ) -> RESTResponse:
         """Send one request, its body unread; a status outside 2xx is an ApiError."""
+        if self._limit is not None:
+            self._limit.take()
         if self._fence is not None and method != "GET":
-            self._fence()  # as late as can be: nothing is sent once it refuses
+            self._fence()  # as late as can be, after any wait: nothing is sent once it refuses
         headers = {"Accept": JSON}
         if body is not None:
             headers["Content-Type"] = content_type

@@ -25,6 +25,7 @@ from dispatch_k8s.core.rules.request import (
     describe_validation_error,
     parse_start_request,
 )
+from dispatch_k8s.core.shell.gateway.kubeconfig import DEFAULT_NAMESPACE, resolve_namespace
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -60,6 +61,12 @@ def doc(text: str, *, metavar: str = "", default: str = "") -> Any:
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 VERBOSE: Final = "-v"  # kubectl's short verbosity flag: here, --log-level debug
+# kubectl's short flags that name a field, each shown beside its long flag in --help.
+SHORT_FLAGS: Final = {"namespace": "-n"}
+NAMESPACE_DEFAULT: Final = (
+    "the kubeconfig context's namespace, else (in a pod) the ServiceAccount's namespace, "
+    "else default"
+)
 
 
 class ClusterSettings(BaseSettings):
@@ -105,6 +112,10 @@ class ClusterSettings(BaseSettings):
         ),
     ] = "info"
 
+    def default_namespace(self) -> str:
+        """The namespace when none is given, as kubectl resolves it (NAMESPACE_DEFAULT)."""
+        return resolve_namespace(kubeconfig=self.kubeconfig, context=self.context)
+
 
 class StepSettings(ClusterSettings):
     """What every step takes: where the cluster is and where results go."""
@@ -148,10 +159,23 @@ def take_verbatim(
     return rest, taken
 
 
-def _verbose_as_level(argv: list[str]) -> list[str]:
-    """`-v` before any `--` is `--log-level debug`."""
+def _short_forms_spelled_long(argv: list[str], fields: set[str]) -> list[str]:
+    """Before any `--`, kubectl's short flags spelled long: `-v` and those of `fields`.
+
+    `-v` is `--log-level debug`; `-n NS`, `-n=NS` and `-nNS` (as kubectl takes them) are
+    `--namespace NS`.
+    """
+    long_of = {short: flag_name(field) for field, short in SHORT_FLAGS.items() if field in fields}
     end = argv.index("--") if "--" in argv else len(argv)
-    flags = ["--log-level=debug" if word == VERBOSE else word for word in argv[:end]]
+    flags: list[str] = []
+    for word in argv[:end]:
+        short, rest = word[:2], word[2:]
+        if word == VERBOSE:
+            flags.append("--log-level=debug")
+        elif short in long_of:
+            flags.append(f"{long_of[short]}={rest.removeprefix('=')}" if rest else long_of[short])
+        else:
+            flags.append(word)
     return flags + argv[end:]
 
 
@@ -163,7 +187,9 @@ def load_settings(
     `--help` prints `render_help` (with `about` and `example`) and `--version` the
     distribution's version, each exiting 0.
     """
-    argv, verbatim = take_verbatim(_verbose_as_level(argv), cls.verbatim_lists, prog=prog)
+    # The verbatim words first: `--args -n` is a word of the job's, not a short flag.
+    argv, verbatim = take_verbatim(argv, cls.verbatim_lists, prog=prog)
+    argv = _short_forms_spelled_long(argv, set(cls.model_fields))
     # As kubectl: a flag is written whole; a prefix of one (`--namespac`) is an error.
     parser = _OneLineParser(prog=prog, add_help=False, allow_abbrev=False)
     parser.add_argument(
@@ -180,7 +206,10 @@ def load_settings(
         raise BadInput(f"{prog}: {describe_validation_error(e)}") from e
     except SettingsError as e:  # a value pydantic-settings could not even split or decode
         raise BadInput(f"{prog}: {' '.join(str(e).split())}") from e
-    return settings.model_copy(update=verbatim) if verbatim else settings
+    updates: dict[str, Any] = dict(verbatim)
+    if isinstance(settings, NamespacedSettings) and "namespace" not in settings.model_fields_set:
+        updates["namespace"] = settings.default_namespace()
+    return settings.model_copy(update=updates) if updates else settings
 
 
 def version_text(prog: str) -> str:
@@ -278,7 +307,8 @@ def render_help(cls: type[ClusterSettings], *, prog: str, about: str, example: s
     for name in fields:
         info = cls.model_fields[name]
         metavar = _extra(info, "metavar")
-        flag = f"{flag_name(name)}{f' {metavar}' if metavar else ''}"
+        short = f"{SHORT_FLAGS[name]}, " if name in SHORT_FLAGS else ""
+        flag = f"{short}{flag_name(name)}{f' {metavar}' if metavar else ''}"
         lines.append(f"  {flag}  (env {env_name(name)}{_env_form(info)})")
         default = _default_text(info)
         needed = default.startswith("required")
@@ -475,7 +505,9 @@ class StartSettings(StepSettings):
     ] = None
     namespace: Annotated[
         str | None,
-        doc("The namespace the TrainJob is made in.", metavar="NAMESPACE", default="default"),
+        doc(
+            "The namespace the TrainJob is made in.", metavar="NAMESPACE", default=NAMESPACE_DEFAULT
+        ),
     ] = None
     name: Annotated[
         str | None,
@@ -497,13 +529,17 @@ class StartSettings(StepSettings):
             fields.update({snake_case(key): value for key, value in document.items()})
         given = self.model_fields_set & set(StartRequest.model_fields)
         fields.update({key: getattr(self, key) for key in given})
+        if "namespace" not in fields:  # neither the file, the env nor a flag names one
+            fields["namespace"] = self.default_namespace()
         try:
             return parse_start_request(fields)
         except RequestError as e:
             raise BadInput(f"start request refused: {e}") from e
 
 
-NAMESPACE_DOC: Final = doc("The TrainJob's namespace.", metavar="NAMESPACE", default="default")
+NAMESPACE_DOC: Final = doc(
+    "The TrainJob's namespace.", metavar="NAMESPACE", default=NAMESPACE_DEFAULT
+)
 CHECK_DOC: Final = doc(
     "The name of this project's AdmissionCheck, as the ClusterQueue lists it.",
     metavar="NAME",
@@ -511,17 +547,21 @@ CHECK_DOC: Final = doc(
 )
 
 
-class TrainJobSettings(StepSettings):
+class NamespacedSettings(StepSettings):
+    """A step that acts in one namespace: the one given, else the one kubectl would use."""
+
+    namespace: Annotated[str, NAMESPACE_DOC] = DEFAULT_NAMESPACE
+
+
+class TrainJobSettings(NamespacedSettings):
     """A step that acts on one TrainJob."""
 
-    namespace: Annotated[str, NAMESPACE_DOC] = "default"
     name: Annotated[str, doc("The TrainJob's name.", metavar="NAME", default="required")]
 
 
-class AuditSettings(StepSettings):
+class AuditSettings(NamespacedSettings):
     """`dispatch-audit`: one TrainJob, or every dispatch-managed one of the namespace."""
 
-    namespace: Annotated[str, NAMESPACE_DOC] = "default"
     name: Annotated[
         str | None,
         doc(
@@ -577,12 +617,12 @@ class AdmitSettings(TrainJobSettings):
     ] = 300.0
 
 
-class ApproveSettings(StepSettings):
+class ApproveSettings(NamespacedSettings):
     """`dispatch-approve`: mark the check Ready for the reservation admit raised A for."""
 
     namespace: Annotated[
-        str, doc("The Workload's namespace.", metavar="NAMESPACE", default="default")
-    ] = "default"
+        str, doc("The Workload's namespace.", metavar="NAMESPACE", default=NAMESPACE_DEFAULT)
+    ] = DEFAULT_NAMESPACE
     workload: Annotated[
         str,
         doc(

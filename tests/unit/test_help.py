@@ -62,7 +62,8 @@ def test_help_names_every_flag_with_its_meaning_default_and_env(
     cls = settings_of(script)
     for field, info in cls.model_fields.items():
         entry = re.search(
-            rf"^  {re.escape(flag_name(field))}\b[^\n]*\(env {env_name(field)}\b[^\n]*\)\n"
+            rf"^  (?:-[a-z], )?{re.escape(flag_name(field))}\b"  # a short form first, as -n
+            rf"[^\n]*\(env {env_name(field)}\b[^\n]*\)\n"
             r"((?:      [^\n]*\n)+)",
             text,
             re.MULTILINE,
@@ -97,6 +98,22 @@ def _is_error(value: object) -> bool:
         isinstance(value, type)
         and issubclass(value, errors.DispatchError)
         and (value is not errors.DispatchError)
+    )
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_help_tells_n_and_the_namespace_kubectl_would_use(
+    script: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = help_text(script, capsys)
+    if "namespace" not in settings_of(script).model_fields:  # the controller: every namespace
+        assert "-n," not in text
+        return
+    assert "\n  -n, --namespace NAMESPACE  (env DISPATCH_NAMESPACE)\n" in text
+    entry = " ".join(text.split("(env DISPATCH_NAMESPACE)")[1].split("\n  -")[0].split())
+    assert entry.endswith(
+        "Default: the kubeconfig context's namespace, else (in a pod) the ServiceAccount's "
+        "namespace, else default."
     )
 
 

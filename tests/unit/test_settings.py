@@ -1,17 +1,30 @@
-"""Flags and env into settings: list words verbatim, errors one line."""
+"""Flags and env into settings: list words verbatim, errors one line, the namespace as
+kubectl resolves it."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
 import pytest
+import yaml
 
 from dispatch_k8s.core.rules.errors import BadInput
+from dispatch_k8s.core.shell.gateway import kubeconfig
 from dispatch_k8s.core.shell.settings import (
+    AdmitSettings,
+    ApproveSettings,
+    AuditSettings,
+    ClusterSettings,
     ControllerSettings,
+    NamespacedSettings,
     StartSettings,
     TrainJobSettings,
     load_settings,
     take_verbatim,
 )
+from tests.support.requests import request_flags
 
 
 @pytest.mark.parametrize(
@@ -62,3 +75,169 @@ def test_a_flag_written_whole_is_taken() -> None:
         TrainJobSettings, prog="p", argv=["--namespace", "team-a", "--name", "j"]
     )
     assert (settings.namespace, settings.name) == ("team-a", "j")
+
+
+def write_kubeconfig(path: Path, current: str, namespaces: dict[str, str | None]) -> Path:
+    """A kubeconfig whose contexts are `namespaces`' keys, each in its namespace (or none)."""
+    contexts = [
+        {"name": name, "context": {"cluster": "c", "user": "u"} | ({"namespace": ns} if ns else {})}
+        for name, ns in namespaces.items()
+    ]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": current,
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": contexts,
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Where kubectl looks for a namespace, each place empty until a test fills it."""
+
+    kubeconfig: Path  # what $KUBECONFIG names
+    service_account_namespace: Path
+
+
+@pytest.fixture
+def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Machine:
+    """Outside a pod, $KUBECONFIG naming a file not yet written, no ServiceAccount file."""
+    here = Machine(tmp_path / "kubeconfig", tmp_path / "serviceaccount-namespace")
+    for name in ("KUBERNETES_SERVICE_HOST", "DISPATCH_NAMESPACE", "DISPATCH_KUBECONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(here.kubeconfig))
+    monkeypatch.setattr(kubeconfig, "SERVICE_ACCOUNT_NAMESPACE", here.service_account_namespace)
+    return here
+
+
+# Each step that acts in one namespace, with the flags it needs besides.
+NAMESPACED: Final = [
+    (TrainJobSettings, ["--name", "j"]),
+    (AdmitSettings, ["--name", "j"]),
+    (AuditSettings, ["--all"]),
+    (ApproveSettings, ["--workload", "w", "--workload-resource-version", "1", "--admission", "1"]),
+]
+
+
+def namespace_of(cls: type[ClusterSettings], argv: list[str]) -> str:
+    """The namespace the step acts in: start's request's, any other step's own setting."""
+    settings = load_settings(cls, prog="p", argv=argv)
+    if isinstance(settings, StartSettings):
+        return settings.start_request().namespace
+    assert isinstance(settings, NamespacedSettings)
+    return settings.namespace
+
+
+@pytest.mark.parametrize(("cls", "needed"), NAMESPACED)
+def test_without_a_namespace_the_kubeconfig_context_s_is_used(
+    machine: Machine, cls: type[ClusterSettings], needed: list[str]
+) -> None:
+    write_kubeconfig(machine.kubeconfig, "a", {"a": "team-a", "b": "team-b"})
+    assert namespace_of(cls, needed) == "team-a"
+    assert namespace_of(cls, [*needed, "--context", "b"]) == "team-b"
+
+
+@pytest.mark.parametrize(("cls", "needed"), NAMESPACED)
+def test_a_namespace_given_wins_over_the_context_s(
+    machine: Machine, monkeypatch: pytest.MonkeyPatch, cls: type[ClusterSettings], needed: list[str]
+) -> None:
+    write_kubeconfig(machine.kubeconfig, "a", {"a": "team-a"})
+    assert namespace_of(cls, [*needed, "--namespace", "team-x"]) == "team-x"
+    monkeypatch.setenv("DISPATCH_NAMESPACE", "team-env")
+    assert namespace_of(cls, needed) == "team-env"
+    assert namespace_of(cls, [*needed, "-n", "team-x"]) == "team-x"
+
+
+def test_the_kubeconfig_flag_wins_over_the_env_s_files(machine: Machine, tmp_path: Path) -> None:
+    write_kubeconfig(machine.kubeconfig, "a", {"a": "team-a"})
+    given = write_kubeconfig(tmp_path / "given", "g", {"g": "team-g"})
+    assert namespace_of(TrainJobSettings, ["--name", "j", "--kubeconfig", str(given)]) == "team-g"
+
+
+def test_the_env_s_files_are_merged_as_the_client_merges_them(
+    machine: Machine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The client keeps the first file's context of a name and the last current-context.
+    first = write_kubeconfig(tmp_path / "first", "a", {"a": "team-a"})
+    second = write_kubeconfig(tmp_path / "second", "b", {"a": "ignored", "b": "team-b"})
+    monkeypatch.setenv("KUBECONFIG", f"{first}:{tmp_path / 'missing'}:{second}")
+    assert namespace_of(TrainJobSettings, ["--name", "j"]) == "team-b"
+    assert namespace_of(TrainJobSettings, ["--name", "j", "--context", "a"]) == "team-a"
+
+
+@pytest.mark.parametrize(("cls", "needed"), NAMESPACED)
+def test_the_service_account_s_namespace_comes_after_the_context_s(
+    machine: Machine, cls: type[ClusterSettings], needed: list[str]
+) -> None:
+    machine.service_account_namespace.write_text("team-sa\n")
+    assert namespace_of(cls, needed) == "team-sa", "no kubeconfig at all"
+    write_kubeconfig(machine.kubeconfig, "a", {"a": None})
+    assert namespace_of(cls, needed) == "team-sa", "a context without a namespace"
+    write_kubeconfig(machine.kubeconfig, "a", {"a": "team-a"})
+    assert namespace_of(cls, needed) == "team-a"
+
+
+def test_in_a_pod_the_kubeconfig_is_read_only_when_given(
+    machine: Machine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As the client connects: in-cluster config unless --kubeconfig names a file.
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    machine.service_account_namespace.write_text("team-sa")
+    write_kubeconfig(machine.kubeconfig, "a", {"a": "team-a"})
+    assert namespace_of(TrainJobSettings, ["--name", "j"]) == "team-sa"
+    given = ["--name", "j", "--kubeconfig", str(machine.kubeconfig)]
+    assert namespace_of(TrainJobSettings, given) == "team-a"
+
+
+@pytest.mark.parametrize(("cls", "needed"), NAMESPACED)
+def test_default_is_the_last_resort(
+    machine: Machine, cls: type[ClusterSettings], needed: list[str]
+) -> None:
+    assert namespace_of(cls, needed) == "default"
+
+
+@pytest.mark.parametrize(
+    "kubeconfig_text",
+    ["just words\n", "- a list\n", "current-context: nowhere\ncontexts: []\n", "{{{\n"],
+)
+def test_a_kubeconfig_that_names_no_namespace_leaves_it_to_the_next_place(
+    machine: Machine, kubeconfig_text: str
+) -> None:
+    machine.kubeconfig.write_text(kubeconfig_text)
+    assert namespace_of(TrainJobSettings, ["--name", "j"]) == "default"
+
+
+def test_start_takes_the_request_file_s_namespace_over_the_context_s(
+    machine: Machine, tmp_path: Path
+) -> None:
+    write_kubeconfig(machine.kubeconfig, "a", {"a": "team-a"})
+    flags = request_flags("train-42", attempt=0, extra={"runtime_name": "r"})
+    assert namespace_of(StartSettings, flags) == "team-a"
+    assert namespace_of(StartSettings, [*flags, "-n", "team-x"]) == "team-x"
+    request_file = tmp_path / "request.yaml"
+    request_file.write_text("namespace: team-file\n")
+    assert namespace_of(StartSettings, [*flags, "--request-file", str(request_file)]) == (
+        "team-file"
+    )
+
+
+@pytest.mark.parametrize("argv", [["-n", "team-a"], ["-n=team-a"], ["-nteam-a"]])
+def test_n_is_namespace_in_each_of_kubectl_s_spellings(machine: Machine, argv: list[str]) -> None:
+    settings = load_settings(TrainJobSettings, prog="p", argv=[*argv, "--name", "j"])
+    assert settings.namespace == "team-a"
+
+
+def test_a_short_flag_is_no_word_of_the_job_s_command(machine: Machine) -> None:
+    argv = [*request_flags("j", attempt=0, args=False), "--args", "-n", "--args", "-v"]
+    settings = load_settings(StartSettings, prog="p", argv=[*argv, "-n", "team-a"])
+    assert settings.args == ["-n", "-v"]
+    assert (settings.namespace, settings.log_level) == ("team-a", "info")
+
+
+def test_the_controller_takes_no_n() -> None:
+    with pytest.raises(BadInput, match="unrecognized arguments: -n "):
+        load_settings(ControllerSettings, prog="p", argv=["-n", "team-a"])

@@ -1,5 +1,6 @@
 """Which cluster, with which credentials: in-cluster config inside a pod, else a kubeconfig.
 
+The namespace a step acts in when none is given is resolved here too, as kubectl resolves it.
 Every way a kubeconfig can be wrong (missing, not a mapping, no such context, unloadable)
 is one BadInput line naming the file, never a traceback.
 """
@@ -8,12 +9,22 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from dispatch_k8s.core.rules.errors import BadInput
 
 if TYPE_CHECKING:  # imported where first used: a step that never connects never pays for them
     from kubernetes.client import Configuration
+
+
+# The namespace of the pod's ServiceAccount, mounted in every pod that mounts its token.
+SERVICE_ACCOUNT_NAMESPACE: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+DEFAULT_NAMESPACE: Final = "default"
+
+
+def uses_in_cluster_config(kubeconfig: Path | None) -> bool:
+    """Inside a pod, with no kubeconfig given, the pod's own ServiceAccount is used."""
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and kubeconfig is None
 
 
 def kubeconfig_files(kubeconfig: Path | None) -> list[Path]:
@@ -31,7 +42,7 @@ def load(*, kubeconfig: Path | None, context: str | None) -> Configuration:
     from kubernetes.config.config_exception import ConfigException
 
     configuration = Configuration()
-    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and kubeconfig is None
+    in_cluster = uses_in_cluster_config(kubeconfig)
     files = [] if in_cluster else kubeconfig_files(kubeconfig)
     where = os.pathsep.join(map(str, files))
     if files and not any(path.exists() for path in files):
@@ -77,3 +88,43 @@ def _check_context(kubeconfig: Path | None, context: str, *, where: str) -> None
             f"context {context} is not in kubeconfig {where} (its contexts: "
             f"{', '.join(names) or 'none'})"
         )
+
+
+def resolve_namespace(*, kubeconfig: Path | None, context: str | None) -> str:
+    """The namespace when none is given, as kubectl resolves it.
+
+    The namespace of the context `load` chooses in the kubeconfig it reads, else the pod's
+    ServiceAccount's, else `default`.
+    """
+    return (
+        _context_namespace(kubeconfig, context) or _service_account_namespace() or DEFAULT_NAMESPACE
+    )
+
+
+def _context_namespace(kubeconfig: Path | None, context: str | None) -> str:
+    """The namespace of the context `load` chooses (`context`, else current-context), or ""."""
+    if uses_in_cluster_config(kubeconfig):
+        return ""
+    import yaml
+    from kubernetes.config.config_exception import ConfigException
+    from kubernetes.config.kube_config import KubeConfigMerger
+
+    where = os.pathsep.join(map(str, kubeconfig_files(kubeconfig)))
+    try:
+        # Merged as `load` merges them (the client's merger, not a copy of its rules).
+        merged = KubeConfigMerger(where).config  # type: ignore[no-untyped-call]
+        if merged is None:  # none of the files exists
+            return ""
+        chosen = context or merged["current-context"]
+        namespace = merged["contexts"].get_with_name(chosen)["context"].safe_get("namespace")
+    except (ConfigException, OSError, ValueError, yaml.YAMLError, TypeError, AttributeError):
+        # A kubeconfig that cannot be read names no namespace; connecting says what is wrong.
+        return ""
+    return namespace if isinstance(namespace, str) else ""
+
+
+def _service_account_namespace() -> str:
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+    except OSError:  # not in a pod, or its token is not mounted
+        return ""

@@ -1,0 +1,81 @@
+"""`dispatch-kueue-gates`' own flags, with a stand-in `dispatch-admit` that records its words
+and stops the loop with exit 2: the loop itself runs against the cluster in
+tests/integration/test_kueue_lifetime.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+REPO: Final = Path(__file__).resolve().parents[2]
+GATES: Final = REPO / "bin" / "dispatch-kueue-gates"
+BIN: Final = Path(sys.executable).parent
+
+
+def gates(*argv: str, path: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["sh", str(GATES), *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": path, "TMPDIR": str(tmp_path)},  # where it keeps admit's outputs
+    )
+
+
+@pytest.fixture
+def admit_words(tmp_path: Path) -> tuple[str, Path]:
+    """A PATH whose dispatch-admit writes its words, one a line, to the file returned."""
+    words = tmp_path / "admit-words"
+    stand_in = tmp_path / "bin" / "dispatch-admit"
+    stand_in.parent.mkdir()
+    stand_in.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {words}\nexit 2\n")
+    stand_in.chmod(0o755)
+    return f"{stand_in.parent}:/usr/bin:/bin", words
+
+
+@pytest.mark.parametrize(
+    "namespace",
+    [
+        ["-n", "team-a"],
+        ["-n=team-a"],
+        ["-nteam-a"],
+        ["--namespace", "team-a"],
+        ["--namespace=team-a"],
+    ],
+)
+def test_the_namespace_in_each_spelling_reaches_admit(
+    admit_words: tuple[str, Path], namespace: list[str]
+) -> None:
+    path, words = admit_words
+    flags = [*namespace, "--name", "j", "--check", "c", "--wait-seconds=9"]
+    done = gates(*flags, path=path, tmp_path=words.parent)
+    assert done.returncode == 2, done.stderr  # admit's own code, passed on
+    assert words.read_text().splitlines()[:4] == [
+        "--namespace=team-a",
+        "--name=j",
+        "--check=c",
+        "--wait",
+    ]
+
+
+@pytest.mark.parametrize("argv", [["--name", "j", "-n"], ["-n", "team-a", "--name"], ["--name=j"]])
+def test_a_missing_value_is_the_usage_and_exit_2(
+    admit_words: tuple[str, Path], argv: list[str]
+) -> None:
+    path, words = admit_words
+    done = gates(*argv, path=path, tmp_path=words.parent)
+    assert done.returncode == 2
+    assert "usage: dispatch-kueue-gates -n|--namespace NS --name TRAINJOB" in done.stderr
+    assert not words.exists(), "admit is never run"
+
+
+def test_version_is_the_steps_version_under_its_own_name(tmp_path: Path) -> None:
+    done = gates("--version", path=f"{BIN}:/usr/bin:/bin", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"dispatch-kueue-gates (dispatch-k8s) {version('dispatch-k8s')}\n"

@@ -278,6 +278,8 @@ class Auditor:
                 again = MAX_BACKOFF
             finally:
                 self.queue.done(key)
+            if again is RETRY:
+                serve.RETRIES.labels("audit").inc()
             self.queue.settle(key, again)
             serve.AUDIT_QUEUE_DEPTH.set(len(self.queue))
 

@@ -16,6 +16,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from types import FrameType
@@ -170,19 +171,36 @@ class Leading:
 
     def _work(self) -> None:
         while (key := self.queue.get()) is not None:
-            again: Again = None
             with self._lock:
                 current = self._workloads.get(key)
+            if current is None:  # deleted since it was queued
+                self.queue.done(key)
+                self.queue.forget(key)
+                continue
+            queue = workload.cluster_queue(current)
+            began = time.monotonic()
+            again: Again = None
             try:
-                if current is not None:  # else deleted since it was queued
-                    again = self.gatekeeper.gate(current)
+                again = self.gatekeeper.gate(current)
             except Exception:  # a bug: logged with its traceback, the Workload tried later
                 logger.exception(f"gating Workload {key[0]}/{key[1]} failed")
+                serve.PASS_ERRORS.labels(queue, "bug").inc()
                 again = RETRY
             finally:
                 self.queue.done(key)
+            serve.PASS_SECONDS.labels(queue).observe(time.monotonic() - began)
+            serve.PASSES.labels(queue, _result(again)).inc()
+            if again is RETRY:
+                serve.RETRIES.labels("gate").inc()
             self.queue.settle(key, again)
             serve.QUEUE_DEPTH.set(len(self.queue))
+
+
+def _result(again: Again) -> str:
+    """A pass's result as controller-runtime's reconcile metric words it."""
+    if again is RETRY:
+        return "retry"
+    return "success" if again is None else "requeue_after"
 
 
 def _key(obj: dict[str, Any]) -> Key:

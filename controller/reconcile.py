@@ -74,19 +74,24 @@ class Gatekeeper:
     def gate(self, current: Mapping[str, Any]) -> Again:
         """One pass over the Workload as last told: RETRY after a failure, for its backoff."""
         name = current["metadata"]["name"]
+        queue = workload.cluster_queue(current)
         for check in gate.our_checks(current, self._checks()):
             try:
                 again = self._gate_check(current, check)
             except PreconditionFailed as e:
+                serve.PASS_ERRORS.labels(queue, "conflict").inc()
                 logger.bind(workload=name, reason=str(e)).info("changed meanwhile: again")
                 return RETRY
             except NotFound:  # deleted since its watch told it: the watch tells that next
+                serve.PASS_ERRORS.labels(queue, "gone").inc()
                 logger.bind(workload=name).info("gone meanwhile")
                 return RETRY
             except Transient as e:
+                serve.PASS_ERRORS.labels(queue, "transient").inc()
                 logger.bind(workload=name, error=str(e)).warning("API server unavailable")
                 return RETRY
-            except DispatchError as e:  # not found, forbidden, refused by a webhook
+            except DispatchError as e:  # forbidden, refused by a webhook
+                serve.PASS_ERRORS.labels(queue, "refused").inc()
                 serve.REFUSALS.labels(type(e).__name__).inc()
                 logger.bind(workload=name, error=str(e)).error("cannot gate the Workload")
                 return RETRY

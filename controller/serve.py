@@ -51,6 +51,31 @@ DETECTION: Final = Histogram(
     "its JobSet, a Job or a pod, to the audit's update that flagged the TrainJob foreign.",
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
 )
+PASSES: Final = Counter(
+    f"{PREFIX}_reconcile",
+    "Gate passes over a Workload, by the ClusterQueue that reserved it and result: success "
+    "(nothing more to do until it changes), requeue_after (a wait it sees through, such as a "
+    "drain), retry (a failure: again after the Workload's backoff).",
+    ["cluster_queue", "result"],
+)
+PASS_ERRORS: Final = Counter(
+    f"{PREFIX}_reconcile_errors",
+    "Gate passes that failed, by the ClusterQueue and error: conflict (409: changed since "
+    "its watch told it), gone (404), transient (an API server that could not serve), refused "
+    "(RBAC, a webhook or a policy), bug (an unexpected exception, logged with its traceback).",
+    ["cluster_queue", "error"],
+)
+PASS_SECONDS: Final = Histogram(
+    f"{PREFIX}_reconcile_seconds",
+    "How long one gate pass took, its requests included, by the ClusterQueue.",
+    ["cluster_queue"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+RETRIES: Final = Counter(
+    f"{PREFIX}_workqueue_retries",
+    "Keys put back after a failed pass, each after its own backoff, by queue (gate, audit).",
+    ["queue"],
+)
 AUDIT_QUEUE_DEPTH: Final = Gauge(f"{PREFIX}_audit_queue_depth", "TrainJobs waiting for an audit.")
 LEADER: Final = Gauge(f"{PREFIX}_leader", "1 while this replica holds the leader Lease.")
 QUEUE_DEPTH: Final = Gauge(f"{PREFIX}_queue_depth", "Workloads waiting for a worker.")

@@ -79,6 +79,12 @@ def _is_true(workload: Mapping[str, Any], kind: str) -> bool:
     return condition is not None and condition.get("status") == "True"
 
 
+def cluster_queue(workload: Mapping[str, Any]) -> str:
+    """The ClusterQueue that reserved the Workload's quota; "" before any reservation."""
+    name = shapes.at(workload, "status", "admission").get("clusterQueue")
+    return name if isinstance(name, str) else ""
+
+
 def is_finished(workload: Mapping[str, Any]) -> bool:
     """Kueue marked the Workload Finished: its job ended, and no reservation of it is to come."""
     return _is_true(workload, "Finished")

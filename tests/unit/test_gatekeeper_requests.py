@@ -9,26 +9,29 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from dispatch_k8s.controller.queue import RETRY
 from dispatch_k8s.controller.reconcile import Gatekeeper
-from dispatch_k8s.core.rules.errors import PreconditionFailed, Transient
+from dispatch_k8s.core.rules.errors import Forbidden, NotFound, PreconditionFailed, Transient
 from tests.unit.test_gate import dispatch_job
 from tests.unit.test_workload import CHECK, workload_dict
 
 
 class Recorder:
-    """Answers reads with what it was given, notes every request's name."""
+    """Answers reads with a dispatch TrainJob not raised for, notes every request's name; the
+    request `fails_at` raises `failure`."""
 
-    def __init__(self, *, fails_with: Exception | None = None) -> None:
+    def __init__(self, *, fails_at: str = "", failure: Exception | None = None) -> None:
         self.requests: list[str] = []
-        self._fails_with = fails_with
+        self._fails_at = fails_at
+        self._failure = failure
 
     def __getattr__(self, request: str) -> Any:
         def answer(*args: Any, **kwargs: Any) -> Any:
             self.requests.append(request)
-            if self._fails_with is not None:
-                raise self._fails_with
+            if request == self._fails_at and self._failure is not None:
+                raise self._failure
             return dispatch_job() if request == "read_trainjob" else None
 
         return answer
@@ -57,12 +60,28 @@ def test_a_workload_with_nothing_to_gate_costs_no_request(workload: dict[str, An
     assert gateway.requests == []
 
 
-@pytest.mark.parametrize("failure", [PreconditionFailed("409"), Transient("503")])
-def test_a_failed_pass_is_retried_after_its_backoff(failure: Exception) -> None:
-    gateway = Recorder(fails_with=failure)
+@pytest.mark.parametrize(
+    ("failure", "error"),
+    [
+        (PreconditionFailed("409"), "conflict"),
+        (NotFound("404"), "gone"),
+        (Transient("503"), "transient"),
+        (Forbidden("403"), "refused"),
+    ],
+)
+def test_a_failed_pass_is_retried_after_its_backoff_and_counted_by_its_queue(
+    failure: Exception, error: str
+) -> None:
+    workload = workload_dict()
+    workload["status"]["admission"] = {"clusterQueue": "team-a-queue"}
+    labels = {"cluster_queue": "team-a-queue", "error": error}
+    before = REGISTRY.get_sample_value("dispatch_admission_reconcile_errors_total", labels) or 0
+    gateway = Recorder(fails_at="update_trainjob", failure=failure)  # the raise
     keeper = gatekeeper(gateway)
     try:
-        assert keeper.gate(workload_dict()) is RETRY
+        assert keeper.gate(workload) is RETRY
     finally:
         keeper.close()
-    assert gateway.requests[0] == "read_trainjob", "a pending reservation reads its TrainJob"
+    assert gateway.requests == ["read_trainjob", "read_jobset", "update_trainjob"]
+    after = REGISTRY.get_sample_value("dispatch_admission_reconcile_errors_total", labels)
+    assert after == before + 1

@@ -150,6 +150,10 @@ def test_every_metric_asked_for_has_a_panel() -> None:
         "dispatch_admission_refusals_total",
         "dispatch_admission_reserved_to_approved_seconds_bucket",
         "dispatch_admission_queue_depth",
+        "dispatch_admission_reconcile_total",
+        "dispatch_admission_reconcile_errors_total",
+        "dispatch_admission_reconcile_seconds_bucket",
+        "dispatch_admission_workqueue_retries_total",
     }
     assert asked <= used, sorted(asked - used)
 
@@ -159,6 +163,9 @@ def test_the_alerts_cover_findings_down_and_no_leader() -> None:
     assert "dispatch_admission_findings_total" in by_alert["alert DispatchAuditFinding"]
     assert by_alert["alert DispatchAdmissionControllerDown"] == {"up"}
     assert by_alert["alert DispatchAdmissionNoLeader"] == {"dispatch_admission_leader"}
+    assert by_alert["alert DispatchAdmissionGateErrors"] == {
+        "dispatch_admission_reconcile_errors_total"
+    }
     for where, expression in rule_expressions():
         assert f'job="{JOB}"' in expression, f"{where} selects another scrape job"
 

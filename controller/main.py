@@ -243,7 +243,11 @@ def run(settings: ControllerSettings) -> int:
         # that lapses ends the process (as controller-runtime's managers do), so nothing
         # begun while leading goes on after another replica may have taken over.
         limit = (
-            TokenBucket(settings.kube_api_qps, settings.kube_api_burst)
+            TokenBucket(
+                settings.kube_api_qps,
+                settings.kube_api_burst,
+                waited=serve.RATE_LIMITER_WAIT.observe,
+            )
             if settings.kube_api_qps > 0
             else None
         )

@@ -76,6 +76,12 @@ RETRIES: Final = Counter(
     "Keys put back after a failed pass, each after its own backoff, by queue (gate, audit).",
     ["queue"],
 )
+RATE_LIMITER_WAIT: Final = Histogram(
+    f"{PREFIX}_rate_limiter_wait_seconds",
+    "How long each request of the leader's work waited for --kube-api-qps (client-go's "
+    "rest_client_rate_limiter_duration_seconds).",
+    buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
 AUDIT_QUEUE_DEPTH: Final = Gauge(f"{PREFIX}_audit_queue_depth", "TrainJobs waiting for an audit.")
 LEADER: Final = Gauge(f"{PREFIX}_leader", "1 while this replica holds the leader Lease.")
 QUEUE_DEPTH: Final = Gauge(f"{PREFIX}_queue_depth", "Workloads waiting for a worker.")

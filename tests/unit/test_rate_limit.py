@@ -42,6 +42,15 @@ def test_a_quiet_spell_saves_up_tokens_to_the_burst_and_no_more() -> None:
     assert limit.take() == pytest.approx(0.1)
 
 
+def test_every_take_tells_its_wait() -> None:
+    time = FakeTime()
+    told: list[float] = []
+    limit = TokenBucket(10.0, 1, clock=time.clock, sleep=time.sleep, waited=told.append)
+    limit.take()
+    limit.take()
+    assert [round(wait, 6) for wait in told] == [0.0, 0.1]
+
+
 def test_waiters_reserve_in_turn_each_a_rate_step_later() -> None:
     """Tokens are reserved before the wait: three takers at one instant wait 0.1, 0.2, 0.3."""
     time = FakeTime()

@@ -22,6 +22,7 @@ class TokenBucket:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        waited: Callable[[float], None] = lambda _: None,
     ) -> None:
         if qps <= 0 or burst < 1:
             raise ValueError(f"a token bucket needs qps > 0 and burst >= 1, not {qps}, {burst}")
@@ -29,6 +30,7 @@ class TokenBucket:
         self._burst = float(burst)
         self._clock = clock
         self._sleep = sleep
+        self._waited = waited  # told every take's wait, 0 included: a metric's observation
         self._lock = threading.Lock()
         self._tokens = self._burst
         self._last = clock()
@@ -47,4 +49,5 @@ class TokenBucket:
             wait = -self._tokens / self._qps if self._tokens < 0 else 0.0
         if wait > 0:
             self._sleep(wait)
+        self._waited(wait)
         return wait

@@ -92,6 +92,45 @@ def largest_epoch(identity: Identity) -> int:
     return identity.epoch_prefix * 10**6 + MAX_R
 
 
+def identity_from_text(
+    *, job_id: object, generation: object, submission: object, attempt: object
+) -> Identity:
+    """The identity as text records it (the TrainJob's annotations), checked as at start."""
+    numbers = []
+    for name, text in (
+        ("generation", generation),
+        ("submission", submission),
+        ("attempt", attempt),
+    ):
+        if not isinstance(text, str) or not _CANONICAL_DECIMAL.fullmatch(text):
+            raise IdentityError(f"{name} {text!r} is not a canonical decimal")
+        numbers.append(int(text))
+    if not isinstance(job_id, str):
+        raise IdentityError(f"job ID {job_id!r} is not a string")
+    return Identity(job_id=job_id, generation=numbers[0], submission=numbers[1], attempt=numbers[2])
+
+
+def check_r(counts: Counts) -> int:
+    """R, refused when it no longer fits the epoch's last six digits (as the prologue does)."""
+    if counts.r > MAX_R:
+        raise IdentityError(
+            f"R = A + J = {counts.admission} + {counts.restart} = {counts.r} "
+            f"must be below 10^6 (at most {MAX_R})"
+        )
+    return counts.r
+
+
+def epoch(identity: Identity, counts: Counts) -> int:
+    """DISPATCH_EPOCH = G x 10^12 + N x 10^6 + R, as the prologue prints it in the pod."""
+    return identity.epoch_prefix * 10**6 + check_r(counts)
+
+
+def attempt_token(identity: Identity, counts: Counts) -> str:
+    """DISPATCH_ATTEMPT = `<JobID>.<N>.<attempt>.<A>.<J>`, as the prologue prints it."""
+    check_r(counts)
+    return f"{identity.token_prefix}.{counts.admission}.{counts.restart}"
+
+
 def parse_counter(text: object, *, name: str) -> int:
     """Read A or J from its string form: a canonical decimal no larger than 999,999."""
     if text is None or text == "":

@@ -62,7 +62,7 @@ def doc(text: str, *, metavar: str = "", default: str = "") -> Any:
 LogLevel = Literal["debug", "info", "warning", "error"]
 VERBOSE: Final = "-v"  # kubectl's short verbosity flag: here, --log-level debug
 # kubectl's short flags that name a field, each shown beside its long flag in --help.
-SHORT_FLAGS: Final = {"namespace": "-n"}
+SHORT_FLAGS: Final = {"namespace": "-n", "selector": "-l", "output": "-o", "watch": "-w"}
 NAMESPACE_DEFAULT: Final = (
     "the kubeconfig context's namespace, else (in a pod) the ServiceAccount's namespace, "
     "else default"
@@ -593,6 +593,39 @@ class AuditSettings(NamespacedSettings):
         if sum(given) != 1:
             raise ValueError("give exactly one of --name, --all and --selector")
         return self
+
+
+class StatusSettings(AuditSettings):
+    """`dispatch-status`: what one TrainJob, or every dispatch-managed one, is at, read-only."""
+
+    name: Annotated[
+        str | None,
+        doc(
+            "The TrainJob to show.", metavar="NAME", default="none: give this, --all or --selector"
+        ),
+    ] = None
+    all: Annotated[
+        bool,
+        doc("Show every TrainJob of the namespace that dispatch-start made.", default="off"),
+    ] = False
+    output: Annotated[
+        Literal["table", "json", "yaml"],
+        doc(
+            "table (as kubectl get: a header, one row per job), json (one object per job, "
+            "one a line) or yaml (one document per job).",
+            metavar="table|json|yaml",
+            default="table, on a terminal or not (as kubectl)",
+        ),
+    ] = "table"
+    watch: Annotated[
+        bool,
+        doc(
+            "After the jobs, watch them and print a job again each time its TrainJob changes, "
+            "until interrupted (Ctrl-C ends it with 0).",
+            default="off",
+        ),
+    ] = False
+    check: Annotated[str, CHECK_DOC] = "dispatch-admission"
 
 
 class AdmitSettings(TrainJobSettings):

@@ -37,8 +37,8 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import trainjob, wire
-from tests.cluster import binaries
 from tests.cluster.wait import wait_until
+from tests.support.kubectl import HOW_TO_BUILD, find_kubectl
 from tests.support.requests import trainjob_body
 
 REPO: Final = Path(__file__).resolve().parents[2]
@@ -69,16 +69,6 @@ def say(message: str) -> None:
 
 
 # --- tools ------------------------------------------------------------------------------
-
-
-def find_kubectl() -> Path | None:
-    """The kubectl built from versions.toml's bench component, if it was built."""
-    (kubectl,) = [c for c in binaries.components(bench=True) if c.name == "kubectl"]
-    try:
-        path = binaries.binary_dir(kubectl, binaries.go_version()) / "kubectl"
-    except (OSError, subprocess.CalledProcessError):  # no Go toolchain: nothing was built
-        return None
-    return path if path.exists() else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -639,7 +629,7 @@ def main(argv: list[str]) -> int:
     kubectl, jq = find_kubectl(), shutil.which("jq")
     missing = []
     if kubectl is None:
-        missing.append("kubectl is not built: python -m tests.cluster.binaries build kubectl")
+        missing.append(f"kubectl is not built: {HOW_TO_BUILD}")
     if jq is None:
         missing.append("jq is not installed: apt-get install jq")
     if missing or kubectl is None or jq is None:

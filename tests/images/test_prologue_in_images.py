@@ -18,10 +18,9 @@ import docker.errors  # type: ignore[import-untyped]  # docker-py ships no type 
 import pytest
 
 from dispatch_k8s.core.rules import wire
-from dispatch_k8s.core.rules.identity import Counts, Identity
+from dispatch_k8s.core.rules.identity import Counts, Identity, attempt_token, epoch
 from dispatch_k8s.core.rules.prologue import EXIT_REFUSED
 from tests.images.containers import Mount, container, run_container
-from tests.support.identity import attempt_token, epoch
 from tests.support.shells import resolve_downward_env
 from tests.support.shipped import RUNTIMES
 

@@ -18,6 +18,8 @@ from tests.support.shipped import REPO
 # step run the image's Python on a fixed one-line program.
 HELPERS: Final = frozenset({"python3"})
 CONTROLLER: Final = "dispatch-admission-controller"  # a Deployment (pipelines/controller/)
+# Read-only commands a person runs, never a pipeline's step.
+INTERACTIVE: Final = frozenset({"dispatch-status", "kubectl-dispatch"})
 
 
 def console_scripts() -> dict[str, str]:
@@ -28,8 +30,8 @@ def console_scripts() -> dict[str, str]:
 
 
 def step_scripts() -> set[str]:
-    """The console scripts that are steps a pipeline runs: all but the long-running controller."""
-    return set(console_scripts()) - {CONTROLLER}
+    """The console scripts that are steps a pipeline runs: not the controller nor a person's."""
+    return set(console_scripts()) - {CONTROLLER} - INTERACTIVE
 
 
 def settings_class(script: str) -> type[StepSettings]:

@@ -14,13 +14,12 @@ import yaml
 from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
-from dispatch_k8s.core.rules.identity import Counts, Identity
+from dispatch_k8s.core.rules.identity import Counts, Identity, attempt_token, epoch
 from tests.cluster.engine import BUSYBOX
 from tests.cluster.engines import loopback_api_env
 from tests.cluster.node import TOLERATION
 from tests.cluster.process import LOOPBACK
 from tests.cluster.wait import wait_until
-from tests.support.identity import attempt_token, epoch
 from tests.support.lifecycle import as_dict
 from tests.support.shipped import TORCH_RUNTIME, documents
 

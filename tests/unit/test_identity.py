@@ -11,11 +11,12 @@ from dispatch_k8s.core.rules.identity import (
     Counts,
     Identity,
     IdentityError,
+    attempt_token,
+    epoch,
     largest_epoch,
     next_admission,
     parse_counter,
 )
-from tests.support.identity import attempt_token, epoch
 
 MAX_G = 9_223_371  # the largest G for which every N (up to 999,999) still fits int64
 

@@ -11,9 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dispatch_k8s.core.rules import wire
-from dispatch_k8s.core.rules.identity import Counts, Identity
+from dispatch_k8s.core.rules.identity import Counts, Identity, attempt_token, epoch
 from dispatch_k8s.core.rules.prologue import EXIT_REFUSED, PROLOGUE, wrap_command
-from tests.support.identity import attempt_token, epoch
 from tests.support.shells import SHELLS, Shell, shell_argv0
 
 IDENTITY = Identity(job_id="job-1", generation=3, submission=7, attempt=2)

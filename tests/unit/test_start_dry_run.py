@@ -13,9 +13,8 @@ import pytest
 import yaml
 
 from dispatch_k8s.core.rules import wire
-from dispatch_k8s.core.rules.identity import Counts, Identity
+from dispatch_k8s.core.rules.identity import Counts, Identity, attempt_token, epoch
 from dispatch_k8s.core.rules.prologue import EXIT_REFUSED
-from tests.support.identity import attempt_token, epoch
 from tests.support.requests import request_flags
 from tests.support.shells import SHELLS, Shell, resolve_downward_env, shell_argv0
 

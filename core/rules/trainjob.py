@@ -27,7 +27,7 @@ IDENTITY_ANNOTATIONS: Final = (
 
 
 def build_env(request: StartRequest) -> list[dict[str, Any]]:
-    """`spec.trainer.env` in DESIGN §2 order: the job's own, then the prologue's inputs."""
+    """`spec.trainer.env` in docs/design.md §2 order: the job's own, then the prologue's inputs."""
     identity = request.identity
     env: list[dict[str, Any]] = [{"name": k, "value": request.env[k]} for k in sorted(request.env)]
     env.append({"name": wire.ENV_EPOCH_PREFIX, "value": str(identity.epoch_prefix)})

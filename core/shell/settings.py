@@ -73,7 +73,7 @@ class ClusterSettings(BaseSettings):
     """What every command takes: where the cluster is."""
 
     # List flags whose every word is kept exactly as given: pydantic-settings would read
-    # `--command a,b` as two words and `--command '[x]'` as JSON (DESIGN §2: no word of the
+    # `--command a,b` as two words and `--command '[x]'` as JSON (docs/design.md §2: no word of the
     # user command is ever re-parsed). Repeat the flag once per word.
     verbatim_lists: ClassVar[tuple[str, ...]] = ()
 

@@ -326,7 +326,7 @@ class JobAudit:
         """J below the highest recorded is sound only once a raise added the difference to A.
 
         A raise after a reset of J writes A = max(A, floor) + (highest - J) + 1 with A at least
-        1, so such a pod's R is at least highest + 2 (README: The raise rule).
+        1, so such a pod's R is at least highest + 2 (docs/concepts.md: The raise rule).
         """
         highest = self._highest_recorded
         counts = _counts_of(pod)

@@ -275,7 +275,7 @@ def _indented(text: str, indent: int) -> str:
 
 
 def exit_code_lines() -> list[str]:
-    """Every exit code a step leaves with, and when (README: Exit codes)."""
+    """Every exit code a step leaves with, and when (docs/cli.md: Exit codes)."""
     lines = [(0, "Done, including an idempotent no-op."), (1, "A bug: the traceback is on stderr.")]
     for error in (
         errors.BadInput,

@@ -1,10 +1,10 @@
 """The continuous auditor: every managed TrainJob audited as it, or anything it owns, changes.
 
 Where the admission policies are not installed, detection is the only defence, and an audit
-that runs now and then cannot compare what it never saw (README: The audit). So the leader
-lists and watches the managed TrainJobs, the JobSets, the Jobs and the pods of its namespaces
-into a store (controller/store.py, as client-go's informers keep a cache); every change is
-mapped to its TrainJob and queued, and workers decide from the store with the pure functions
+that runs now and then cannot compare what it never saw (docs/operations.md: The audit). So
+the leader lists and watches the managed TrainJobs, the JobSets, the Jobs and the pods of its
+namespaces into a store (controller/store.py, as client-go's informers keep a cache); every change
+is mapped to its TrainJob and queued, and workers decide from the store with the pure functions
 `dispatch-audit` decides with (`core.shell.auditing.audit_of`, `decide`). A pass that would write
 (J risen, an execution begun, a finding not yet flagged) is decided again from fresh reads of
 that TrainJob alone (`core.shell.auditing.audit_read`), and its one update is preconditioned on the

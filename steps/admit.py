@@ -41,7 +41,8 @@ def _same_owner(found: workload.Reservation, job: Mapping[str, Any]) -> None:
 
 
 def _finished(reason: str) -> output.Result:
-    # Nothing raised: a loop of gates reads `finished` and ends (README: Kueue mode).
+    # Nothing raised: a loop of gates reads `finished` and ends (docs/kueue.md: The steps in
+    # Kueue mode).
     logger.bind(reason=reason).info("nothing more to gate")
     return {"finished": True}
 

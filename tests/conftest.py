@@ -1,10 +1,10 @@
 """Fixtures shared by every test that needs a cluster.
 
 `control_plane` starts the local control plane once per pytest run (tests/cluster/harness.py), or,
-when DISPATCH_TEST_KUBECONFIG names a kubeconfig, uses that cluster instead (DESIGN §4). `namespace`
-gives each test a fresh namespace and deletes it afterwards. The shipped admission policies are
-installed once (tests/support/policies.py) and apply in every test's namespace unless the test is
-marked `@pytest.mark.policies("guard")` (the ValidatingAdmissionPolicies only) or
+when DISPATCH_TEST_KUBECONFIG names a kubeconfig, uses that cluster instead (docs/design.md §4).
+`namespace` gives each test a fresh namespace and deletes it afterwards. The shipped admission
+policies are installed once (tests/support/policies.py) and apply in every test's namespace unless
+the test is marked `@pytest.mark.policies("guard")` (the ValidatingAdmissionPolicies only) or
 `@pytest.mark.policies("none")`.
 """
 

@@ -1,4 +1,4 @@
-"""The audit (DESIGN §2, "Resets are detected, not prevented"): findings and the one write.
+"""The audit (docs/design.md §2, "Resets are detected"): findings and the one write.
 
 Deciding only: the TrainJob, its JobSet and its pods come in as read; findings and the TrainJob
 annotations to write go out. A reset is reported, never repaired: the audit flags the TrainJob
@@ -326,7 +326,7 @@ class JobAudit:
         """J below the highest recorded is sound only once a raise added the difference to A.
 
         A raise after a reset of J writes A = max(A, floor) + (highest - J) + 1 with A at least
-        1, so such a pod's R is at least highest + 2 (README: The raise rule).
+        1, so such a pod's R is at least highest + 2 (docs/concepts.md: The raise rule).
         """
         highest = self._highest_recorded
         counts = _counts_of(pod)
@@ -790,8 +790,9 @@ def decide_annotations(
         # The cause is what this audit saw, so the same findings again write nothing.
         wanted[FOREIGN_CAUSE_ANNOTATION] = build_cause([finding.reason for finding in findings])
     # No findings never removes a flag or its cause: a reset that is over (the foreign pod has
-    # finished, the patch was put back) still happened, and DESIGN §2 leaves the decision to a
-    # person, who removes the flag once satisfied (and, to accept a new JobSet, records its UID).
+    # finished, the patch was put back) still happened, and docs/design.md §2 leaves the
+    # decision to a person, who removes the flag once satisfied (and, to accept a new JobSet,
+    # records its UID).
     changes = {key: value for key, value in wanted.items() if current.get(key) != value}
     return changes or None
 

@@ -1,4 +1,7 @@
-"""The identity rules: A, J, R and the epoch and attempt token built from them (DESIGN §1-2)."""
+"""The identity rules: A, J, R and the epoch and attempt token built from them.
+
+docs/design.md §1-2.
+"""
 
 from __future__ import annotations
 
@@ -57,7 +60,7 @@ class Counts:
 
 
 def check_identity(identity: Identity) -> None:
-    """Refuse an identity whose epochs could be ambiguous or overflow (DESIGN §2)."""
+    """Refuse an identity whose epochs could be ambiguous or overflow (docs/design.md §2)."""
     if not JOB_ID_PATTERN.fullmatch(identity.job_id):
         raise IdentityError(
             f"job ID {identity.job_id!r} must be 1-128 characters of [A-Za-z0-9._-] "
@@ -148,8 +151,8 @@ def next_admission(*, in_patch: int, floor: int, highest_restart: int, restart: 
     Every R so far is at most max(A in the patch, floor) + the highest J seen (A never exceeds
     the floor, J never exceeds the highest J recorded). The next execution runs with the
     current J (`restart`), so A must exceed that bound minus it. While the JobSet has never
-    been replaced, J is the highest J seen and this is DESIGN's max(A in the patch, floor) + 1;
-    after a reset of J it makes up for the restarts that were lost.
+    been replaced, J is the highest J seen and this is the max(A in the patch, floor) + 1 of
+    docs/design.md §2; after a reset of J it makes up for the restarts that were lost.
     """
     raised = max(in_patch, floor) + max(0, highest_restart - restart) + 1
     if raised > MAX_R:

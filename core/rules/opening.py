@@ -1,4 +1,4 @@
-"""An opening that no raise covers, told from the TrainJob alone (README: The audit).
+"""An opening that no raise covers, told from the TrainJob alone (docs/operations.md: The audit).
 
 Every raise of A records in `open-until-generation` the last `metadata.generation` from which
 the job may be opened on it (pipelines/policies/guard.yaml): the generation the raise itself

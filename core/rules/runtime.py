@@ -1,4 +1,6 @@
-"""Runtime requirements (DESIGN §2): what a (Cluster)TrainingRuntime must state to be dispatched.
+"""Runtime requirements (docs/design.md §2): what a (Cluster)TrainingRuntime must state.
+
+A runtime that does not state it is not dispatched.
 
 allowRankRestart is the runtime annotation `dispatch.phpboyscout.uk/allow-rank-restart: "true"`
 (every waivable mechanism), and `dispatch.phpboyscout.uk/allow-restarts: sidecars,torchrun`
@@ -278,7 +280,7 @@ def _check_job(
     pod_template = check.mapping(job.get("template"), f"{job_path}.template")
     pod_path = f"{job_path}.template.spec"
     pod = check.mapping(pod_template.get("spec"), pod_path)
-    # Required even with allowRankRestart (DESIGN §2): these are the defaults every upstream
+    # Required even with allowRankRestart (docs/design.md §2): these are the defaults every upstream
     # runtime inherits unstated, so no runtime passes by accident; the annotation opts in only to
     # the explicit mechanisms checked below.
     _require_restart_policy_never(pod.get("restartPolicy"), f"{pod_path}.restartPolicy", check)

@@ -1,7 +1,7 @@
 """Reading the API's objects: a field missing, null or of another shape reads as empty.
 
 Controllers and people write these objects; a decision on a malformed one is a refusal or
-nothing to do, told in words, never a crash (DESIGN §3: no traceback for any input).
+nothing to do, told in words, never a crash (docs/design.md §3: no traceback for any input).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ IDENTITY_ANNOTATIONS: Final = (
 
 
 def build_env(request: StartRequest) -> list[dict[str, Any]]:
-    """`spec.trainer.env` in DESIGN §2 order: the job's own, then the prologue's inputs."""
+    """`spec.trainer.env` in docs/design.md §2 order: the job's own, then the prologue's inputs."""
     identity = request.identity
     env: list[dict[str, Any]] = [{"name": k, "value": request.env[k]} for k in sorted(request.env)]
     env.append({"name": wire.ENV_EPOCH_PREFIX, "value": str(identity.epoch_prefix)})
@@ -236,7 +236,7 @@ def foreign_flag(trainjob: Mapping[str, Any]) -> ForeignFlag | None:
     return ForeignFlag(
         f"TrainJob {name} is flagged foreign ({wire.FOREIGN_ANNOTATION}): {cause}. A person "
         f"checks the cause, then removes the annotations {wire.FOREIGN_ANNOTATION} and "
-        f"{wire.FOREIGN_CAUSE_ANNOTATION} (README: A job flagged foreign)"
+        f"{wire.FOREIGN_CAUSE_ANNOTATION} (docs/operations.md: A job flagged foreign)"
     )
 
 

@@ -32,7 +32,7 @@ class Reservation:
 
     Its record `<Workload UID> <evictions> <QuotaReserved time>` is what a raise for it leaves
     on the TrainJob. The time alone has one-second resolution; the count of Kueue's evictions
-    tells apart two reservations of one second (README: The reservation record).
+    tells apart two reservations of one second (docs/kueue.md: The reservation record).
     """
 
     workload: str
@@ -281,8 +281,8 @@ def raised_for_reservation(recorded: object, workload: Mapping[str, Any]) -> boo
     A record of the format before the evictions count (`<UID> <QuotaReserved time>`, written
     before an upgrade) still names the reservation when the time matches, unless the Workload
     was re-reserved after an eviction within a second of that time: then the record may be
-    the evicted reservation's, and a second raise is the safe side (README: The reservation
-    record).
+    the evicted reservation's, and a second raise is the safe side (docs/kueue.md: The
+    reservation record).
     """
     if not isinstance(recorded, str):
         return False

@@ -117,7 +117,7 @@ def entrypoint(
     about: str,
     example: str,
 ) -> Callable[[], None]:
-    """Wrap a step's `run` as a console script: exit codes per DESIGN §3.
+    """Wrap a step's `run` as a console script: exit codes per docs/design.md §3.
 
     `about` (two lines: what the step does) and `example` (one command line) are its --help.
     """

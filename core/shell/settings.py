@@ -73,7 +73,7 @@ class ClusterSettings(BaseSettings):
     """What every command takes: where the cluster is."""
 
     # List flags whose every word is kept exactly as given: pydantic-settings would read
-    # `--command a,b` as two words and `--command '[x]'` as JSON (DESIGN §2: no word of the
+    # `--command a,b` as two words and `--command '[x]'` as JSON (docs/design.md §2: no word of the
     # user command is ever re-parsed). Repeat the flag once per word.
     verbatim_lists: ClassVar[tuple[str, ...]] = ()
 
@@ -275,7 +275,7 @@ def _indented(text: str, indent: int) -> str:
 
 
 def exit_code_lines() -> list[str]:
-    """Every exit code a step leaves with, and when (README: Exit codes)."""
+    """Every exit code a step leaves with, and when (docs/cli.md: Exit codes)."""
     lines = [(0, "Done, including an idempotent no-op."), (1, "A bug: the traceback is on stderr.")]
     for error in (
         errors.BadInput,

@@ -1,4 +1,6 @@
-"""A training loop that knows which execution it is (README: Using the epoch in training code).
+"""A training loop that knows which execution it is.
+
+docs/concepts.md: Using the epoch in training code.
 
 Run as a TrainJob's trainer command, with the checkpoint volume mounted at --root:
 

@@ -13,7 +13,7 @@ CPU time and resident memory come from /proc: while idle, and over the rounds of
     python -m tests.bench.admission                    # starts its own control plane
     python -m tests.bench.admission --kubeconfig KC    # an existing one (tests.cluster up)
 
-This is a benchmark, not a test: nothing here fails on a slow figure (DESIGN §4).
+This is a benchmark, not a test: nothing here fails on a slow figure (docs/design.md §4).
 """
 
 from __future__ import annotations

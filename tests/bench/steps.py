@@ -11,7 +11,7 @@ missing ones.
     python -m tests.bench.steps --kubeconfig KC      # an existing one (tests.cluster up)
 
 Needs kubectl (`python -m tests.cluster.binaries build kubectl`) and jq (`apt-get install jq`).
-This is a benchmark, not a test: nothing here fails on a slow figure (DESIGN §4).
+This is a benchmark, not a test: nothing here fails on a slow figure (docs/design.md §4).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ POD_COUNTS: Final = (512, 4096, 16384)
 CREATE_WORKERS: Final = 8
 TRAINJOBS: Final = f"/apis/{wire.TRAINER_GROUP}/{wire.TRAINER_VERSION}/namespaces/{NAMESPACE}"
 # The raise `dispatch-unsuspend` makes, as jq: max(A in the patch, floor) + 1 into both, and
-# open the job, in the one replace (DESIGN §2).
+# open the job, in the one replace (docs/design.md §2).
 _PATCH_A: Final = (
     f'(.spec.runtimePatches[] | select(.manager == "{wire.PATCH_MANAGER}") '
     ".trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template.metadata"

@@ -50,7 +50,7 @@ def _install_node_runtime(plane: ControlPlane) -> None:
     plane.rest.post(f"/apis/{group}/{version}/clustertrainingruntimes", node_runtime())
     _say(
         f"ClusterTrainingRuntime {NODE_RUNTIME} runs pods on the node (host network, its "
-        "toleration); its training image: local/busybox:static (README: The node)"
+        "toleration); its training image: local/busybox:static (docs/development.md: The node)"
     )
 
 
@@ -90,7 +90,7 @@ def _install_controller(plane: ControlPlane, image: str) -> None:
     served = ", ".join(f"127.0.0.1:{port}" for port in ports)
     _say(
         f"dispatch-admission-controller: two replicas in namespace {namespace} (one Deployment "
-        f"each; /metrics, /healthz, /readyz on {served}); README: The admission controller"
+        f"each; /metrics, /healthz, /readyz on {served}); docs/kueue.md: The admission controller"
     )
 
 

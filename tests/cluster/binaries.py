@@ -3,7 +3,7 @@
 `python -m tests.cluster.binaries build` builds whatever is missing from the cache;
 `python -m tests.cluster.binaries pin` regenerates the wrapper modules from versions.toml.
 Nothing here is downloaded prebuilt: every binary is compiled from the Go module proxy's
-sources with the machine's Go toolchain (DESIGN §4, reference/controlplane.md §1-2).
+sources with the machine's Go toolchain (docs/design.md §4, reference/controlplane.md §1-2).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 No image registry is reachable (reference/images.md), so nothing is pulled:
 
 - the engine is Debian's `docker.io`, started here without a bridge or iptables rules, so
-  containers run on the host network and all traffic stays on loopback (DESIGN §4);
+  containers run on the host network and all traffic stays on loopback (docs/design.md §4);
 - `local/debian-python:bookworm` is a debootstrapped Debian with Python 3.11, the stand-in
   for `python:3.11-slim` (`images/Dockerfile` takes it as `BASE`);
 - `local/busybox:static` holds Debian's static busybox and nothing else: a training image
@@ -123,7 +123,7 @@ def ensure_engine() -> None:
             [
                 dockerd,
                 # No bridge network and no iptables rules: containers use --network host,
-                # and nothing on this machine's network changes (DESIGN §4).
+                # and nothing on this machine's network changes (docs/design.md §4).
                 "--bridge=none",
                 "--iptables=false",
                 "--ip-masq=false",

@@ -1,5 +1,5 @@
 """A real control plane on loopback: etcd, kube-apiserver, kube-controller-manager, and the real
-JobSet, Kueue and Trainer controller managers with their webhooks (DESIGN §4).
+JobSet, Kueue and Trainer controller managers with their webhooks (docs/design.md §4).
 
 envtest-style (reference/controlplane.md §3), with no kubelet and no scheduler: tests play the
 kubelet by patching `pods/status`. Use it as a context manager or call start()/stop():

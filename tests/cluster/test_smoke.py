@@ -119,7 +119,7 @@ def _now() -> str:
 
 
 def _admission_patch(admission: str) -> dict[str, Any]:
-    """This project's runtime patch: A on the trainer pod template (DESIGN §2)."""
+    """This project's runtime patch: A on the trainer pod template (docs/design.md §2)."""
     return {
         "manager": ADAPTER,
         "trainingRuntimeSpec": {

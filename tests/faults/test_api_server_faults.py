@@ -1,7 +1,7 @@
 """Faults between a step and the real API server: throttling by API Priority and Fairness,
 etcd gone, the API server restarted under a waiting admit, and a write whose answer is lost.
 Each asserts the exit code, the time bound, and exactly what was written; a rerun after the
-fault succeeds with R still strictly increasing (README: Failures)."""
+fault succeeds with R still strictly increasing (docs/operations.md: Failures)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ env (the Downward API values resolved from a pod's annotation and label) run in:
 - an image whose only program is a static busybox (its ash is the shell),
 - the debootstrapped Debian image (dash is /bin/sh there, as in python:3.11-slim),
 - an image without /bin/sh, as built FROM scratch: the container cannot start, and what users
-  see is the runtime's "exec: /bin/sh: no such file or directory" (README: Images and pipelines).
+  see is the runtime's "exec: /bin/sh: no such file or directory" (docs/troubleshooting.md:
+  Training images need a shell).
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""Step lifecycles on the real control plane (DESIGN §4)."""
+"""Step lifecycles on the real control plane (docs/design.md §4)."""

@@ -255,7 +255,7 @@ def test_a_trainjob_flagged_foreign_gets_its_check_state_and_the_reason_once(
     and the reason on the check. Rejected (the default): real Kueue deactivates the Workload
     and releases its quota; Retry: it evicts it (quota released) and keeps it active to queue
     again; wait: the check stays Pending and the quota stays held. Rejected, then cleared as
-    the README says (flag removed, Workload active again): raised once and admitted."""
+    docs/operations.md says (flag removed, Workload active again): raised once and admitted."""
     kueue.install(cpu="1")
     name = start_queued(step, namespace, torch_runtime, kueue, "flagged").result["name"]
     flag = {wire.FOREIGN_ANNOTATION: wire.FOREIGN, wire.FOREIGN_CAUSE_ANNOTATION: "a reset"}
@@ -310,9 +310,9 @@ def test_a_trainjob_flagged_foreign_gets_its_check_state_and_the_reason_once(
         assert job["metadata"]["annotations"][wire.ADMISSION_FLOOR_ANNOTATION] == "0"
         if on_refusal != "reject":
             return
-        # The README's steps 4 and 5: the flag removed, then the Workload deleted, for Kueue
-        # v0.19.2 leaves one deactivated by a rejected check stuck when it is made active
-        # again (kubernetes-sigs/kueue#14309); Kueue makes a new one for the TrainJob.
+        # The runbook's steps 4 and 5 (docs/operations.md): the flag removed, then the Workload
+        # deleted, for Kueue v0.19.2 leaves one deactivated by a rejected check stuck when it is
+        # made active again (kubernetes-sigs/kueue#14309); Kueue makes a new one for the TrainJob.
         custom.patch_namespaced_custom_object(
             *TRAINER,
             namespace,

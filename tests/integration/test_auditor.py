@@ -1,8 +1,8 @@
 """The admission controller's auditor on the real cluster, without the policies and with no
 audit step run: it records J as soon as it rises, flags an opening no raise covers and a
 replaced JobSet, a controller restarted mid-way loses nothing (it lists everything again),
-and once a person clears a flag as the README says the next R is above every R the pods
-carried (README: A job flagged foreign, The auditor).
+and once a person clears a flag as docs/operations.md says the next R is above every R the pods
+carried (docs/operations.md: A job flagged foreign, The auditor).
 
 Pods are moved by playing the kubelet (tests/support/lifecycle.py): a pod failed by hand
 is what makes the real JobSet controller restart the job (J + 1) at a moment the test picks.
@@ -111,7 +111,7 @@ def cleared_and_released(
     admission: int,
     highest_restart: int | None = None,
 ) -> Execution:
-    """What the README tells the person (A job flagged foreign): hold, drain, clear, release.
+    """What docs/operations.md tells a person (A job flagged foreign): hold, drain, clear, release.
 
     The released execution's R, read from its pod, is above every R any pod of the job
     carried, as the history watched them; the controller, running throughout, flags nothing
@@ -443,7 +443,7 @@ def test_a_controller_down_while_j_rose_and_the_jobset_was_replaced_flags_it_on_
 ) -> None:
     """What no one watched is gone with the JobSet: the J it reached (its pods went with it).
     The controller on return sees the new UID and the recorded R run again, not the lost J;
-    the person records the bound the JobSet's failure policy sets (README: The auditor)."""
+    the person records the bound the JobSet's failure policy sets (docs/kueue.md: The auditor)."""
     with History(api_client, namespace) as history:
         with replicas(control_plane.kubeconfig, namespace, tmp_path, "first") as (first,):
             name = opened(step, kubelet, namespace, torch_runtime, "lost")
@@ -461,8 +461,8 @@ def test_a_controller_down_while_j_rose_and_the_jobset_was_replaced_flags_it_on_
             assert RESET in cause, cause
             assert annotations_on(custom, namespace, name)[wire.HIGHEST_RESTART_ANNOTATION] == "0"
             assert {e.r for e in history.of(name)} == {1, 2}
-            # The README's raise alone would give A = 1 + (0 - 0) + 1 = 2: the lost R. J of a
-            # JobSet never exceeds its maxRestarts (no rule ignores it in this runtime).
+            # The raise rule alone (docs/concepts.md) would give A = 1 + (0 - 0) + 1 = 2: the lost
+            # R. J of a JobSet never exceeds its maxRestarts (no rule ignores it in this runtime).
             jobset = read_jobset(custom, namespace, name)
             bound = int(jobset["spec"]["failurePolicy"]["maxRestarts"])
             assert bound == 3

@@ -213,7 +213,8 @@ def test_each_edit_of_what_reaches_the_pods_through_the_trainjob_is_refused(
     "changes",
     [
         {wire.LAST_EXECUTION_ANNOTATION: execution(r=4, pod="uid-of-the-next")},
-        # A person accepting a new JobSet (README: A job flagged foreign) keeps the records.
+        # A person accepting a new JobSet (docs/operations.md: A job flagged foreign) keeps the
+        # records.
         {wire.JOBSET_UID_ANNOTATION: "the-accepted-one"},
     ],
     ids=["raise-last-execution", "accept-a-new-jobset"],

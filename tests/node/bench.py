@@ -1,5 +1,5 @@
 """Benchmark: how long the local cluster and its node take to start, and how long from running
-`dispatch-unsuspend` to the first line the training command prints (README: the real node).
+`dispatch-unsuspend` to the first line the training command prints (docs/development.md: The node).
 
     .venv/bin/python -m tests.node.bench [--runs N]
 

@@ -18,9 +18,9 @@ Each cell of the matrix below is one small attack function, tried once per polic
 - `its opening refused RULE`: accepted, and the opening a controller then makes (Kueue's, read
   from its log) is refused with RULE: nothing runs;
 - `UNSEEN`: accepted, an execution repeats R, and the audit exits 0: the limit of
-  `dispatch-audit` alone (README: the trust boundary), where the records it compares with are
-  the actor's to erase. Asserted as it is, so that a fix turns the cell red until it is moved
-  (the admission controller's auditor, which this suite does not run, sees the erasure:
+  `dispatch-audit` alone (docs/policies.md: The trust boundary), where the records it compares
+  with are the actor's to erase. Asserted as it is, so that a fix turns the cell red until it is
+  moved (the admission controller's auditor, which this suite does not run, sees the erasure:
   tests/integration/test_auditor.py);
 - `RBAC`: the actor has no right to it: a 403 from RBAC, whose message names no guard rule.
 
@@ -198,8 +198,8 @@ class Blocked:
 @dataclass(frozen=True, slots=True)
 class Unseen:
     """Accepted, and an execution repeats R that the audit does not see: the limit of detection
-    alone (README: the trust boundary), where the records it compares with are the actor's to
-    erase. Asserted, so that a fix turns the cell red until its expectation is moved."""
+    alone (docs/policies.md: The trust boundary), where the records it compares with are the
+    actor's to erase. Asserted, so that a fix turns the cell red until its expectation is moved."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
-"""Benchmark: the shipped Kueue pipelines on the real Argo and Tekton controllers (README:
-Pipelines on the local cluster).
+"""Benchmark: the shipped Kueue pipelines on the real Argo and Tekton controllers.
+
+docs/development.md: Pipelines on the local cluster.
 
     .venv/bin/python -m tests.pipelines.bench [--runs N] [--loop-seconds S]
 

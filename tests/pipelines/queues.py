@@ -1,7 +1,7 @@
 """The shipped Kueue wiring (pipelines/kueue/) installed for one test namespace.
 
 Cluster-scoped names get the namespace appended, and every reference between them follows,
-so tests never share a ClusterQueue. The AdmissionCheck is marked Active the way the README
+so tests never share a ClusterQueue. The AdmissionCheck is marked Active the way docs/kueue.md
 tells users to: with a status patch, as there is no long-running controller.
 """
 

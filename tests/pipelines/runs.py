@@ -221,7 +221,7 @@ def start_request(
     queue: str | None = None,
     job_id: str = IDENTITY.job_id,
 ) -> dict[str, Any]:
-    """A start request (README: the start request) whose training command is `train`."""
+    """A start request (docs/cli.md: The start request) whose training command is `train`."""
     request: dict[str, Any] = {
         "namespace": namespace,
         "runtime_name": runtime,

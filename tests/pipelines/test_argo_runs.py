@@ -57,7 +57,7 @@ LOOP_TIMEOUT: Final = 1800.0
 def argo(
     api_client: client.ApiClient, namespace: str, steps_identity: object, engines: float
 ) -> str:
-    """The shipped Argo manifests in the test's namespace, as the README installs them."""
+    """The shipped Argo manifests in the test's namespace, as docs/pipelines.md installs them."""
     install_shipped(api_client, namespace, ARGO_FILES)
     return namespace
 

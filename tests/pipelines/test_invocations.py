@@ -26,7 +26,8 @@ INVOCATIONS: Final = [
     *render.job_invocations(),
 ]
 STEP_INVOCATIONS: Final = [i for i in INVOCATIONS if i.argv[0] not in cli.HELPERS]
-RETRIED: Final = frozenset({3, 75})  # changed since read; transient (README: Images and pipelines)
+# Changed since read; transient (docs/pipelines.md: Exit codes and retries).
+RETRIED: Final = frozenset({3, 75})
 
 
 def ids(invocations: list[Invocation]) -> list[str]:

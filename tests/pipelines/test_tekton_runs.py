@@ -49,7 +49,7 @@ pytestmark = [
 def tekton(
     api_client: client.ApiClient, namespace: str, steps_identity: object, engines: float
 ) -> str:
-    """The shipped Tekton manifests in the test's namespace, as the README installs them."""
+    """The shipped Tekton manifests in the test's namespace, as docs/pipelines.md installs them."""
     install_shipped(api_client, namespace, TEKTON_FILES)
     return namespace
 

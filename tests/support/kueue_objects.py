@@ -76,7 +76,8 @@ class KueueSetup:
     def _install_check(self, name: str, controller: str) -> None:
         self._create("admissionchecks", "AdmissionCheck", name, {"controllerName": controller})
         # The check's controller keeps it Active; without that the ClusterQueue is inactive.
-        # This project installs the check once and marks it Active (README: Kueue mode).
+        # This project installs the check once and marks it Active (docs/kueue.md: The steps in
+        # Kueue mode).
         self.custom.patch_cluster_custom_object_status(
             *KUEUE,
             "admissionchecks",

@@ -302,7 +302,7 @@ def clear_flag(
     *,
     highest_restart: int | None = None,
 ) -> None:
-    """What the README tells a person to do once satisfied (A job flagged foreign): drop the
+    """What docs/operations.md tells a person to do once satisfied (A job flagged foreign): drop the
     flag, record the JobSet, and where a J may have been lost unseen record its bound."""
     annotations: dict[str, Any] = {
         wire.FOREIGN_ANNOTATION: None,

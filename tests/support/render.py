@@ -22,7 +22,7 @@ JOBS: Final = PIPELINES / "jobs"
 SAMPLE_NAMESPACE: Final = "team-a"
 TEKTON_RESULTS: Final = "/tekton/results"
 ARGO_OUTPUTS: Final = "/tmp/outputs"
-# A start request as users write one (README: the start request), in YAML.
+# A start request as users write one (docs/cli.md: The start request), in YAML.
 SAMPLE_REQUEST: Final = """\
 job_id: train-42
 generation: 3

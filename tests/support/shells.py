@@ -1,4 +1,4 @@
-"""The eight POSIX shells the prologue must behave identically in (DESIGN §2).
+"""The eight POSIX shells the prologue must behave identically in (docs/design.md §2).
 
 Each is run the way an image would ship it: busybox and zsh through a link named `sh`,
 since both change behaviour by the name they are called with.

@@ -1,4 +1,4 @@
-"""The audit (DESIGN §2, "Resets are detected, not prevented"): findings and the one write."""
+"""The audit (docs/design.md §2, "Resets are detected"): findings and the one write."""
 
 from __future__ import annotations
 

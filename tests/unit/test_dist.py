@@ -1,5 +1,5 @@
 """config/'s overlays, rendered by the real kustomize: the checked-in bundles under dist/ are
-what config/ renders, each overlay holds what README's Install says, and one images: entry
+what config/ renders, each overlay holds what docs/install.md says, and one images: entry
 renames the image in every manifest."""
 
 from __future__ import annotations

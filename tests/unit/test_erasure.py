@@ -146,7 +146,7 @@ def test_erased_again_after_the_flag_it_is_still_written_back() -> None:
 
 def _raised(job: dict[str, Any], restarts: int) -> dict[str, Any]:
     """What dispatch-unsuspend writes on the job held (its flag, if any, cleared by a person
-    as the README says): the raise, opening it."""
+    as docs/operations.md says): the raise, opening it."""
     suspended = copy.deepcopy({**job, "spec": {**job["spec"], "suspend": True}})
     for flag in (wire.FOREIGN_ANNOTATION, wire.FOREIGN_CAUSE_ANNOTATION):
         suspended["metadata"]["annotations"].pop(flag, None)

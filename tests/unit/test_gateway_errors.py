@@ -1,5 +1,5 @@
 """The gateway's error mapping and retry rules: every status a step can meet, every connection
-error class, a read against a write (DESIGN §3: exit codes; a write that may have applied is
+error class, a read against a write (docs/design.md §3: exit codes; a write that may have applied is
 never sent again)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The prologue, run for real in each of the eight shells (DESIGN §2)."""
+"""The prologue, run for real in each of the eight shells (docs/design.md §2)."""
 
 from __future__ import annotations
 

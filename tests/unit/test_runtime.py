@@ -1,4 +1,4 @@
-"""Runtime requirements (DESIGN §2): which (Cluster)TrainingRuntimes start refuses, and where."""
+"""Runtime requirements (docs/design.md §2): the runtimes start refuses, and where."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The raise decision and the one object each raise writes (DESIGN §2 'Raising A')."""
+"""The raise decision and the one object each raise writes (docs/design.md §2 'Raising A')."""
 
 from __future__ import annotations
 

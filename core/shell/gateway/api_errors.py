@@ -2,7 +2,7 @@
 
 `ApiError` is the one failure a request raises: the HTTP status, the Status object's reason
 and its message. `error_for` is the one place it becomes a step's outcome (an exit code,
-DESIGN §3); `with_retries` is the one retry layer.
+docs/design.md §3); `with_retries` is the one retry layer.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def _is_admission_denial(message: str) -> bool:
 
 
 def error_for(error: ApiError, what: str) -> DispatchError:
-    """Map an API error to the step's outcome (STYLE §2, DESIGN §3 exit codes)."""
+    """Map an API error to the step's outcome (STYLE §2, docs/design.md §3 exit codes)."""
     status, message = error.status, error.message
     text = f"{what}: {status} {error.phrase}: {message}"
     if _is_admission_denial(message):

@@ -72,7 +72,7 @@ class Gateway:
 
     @classmethod
     def connect(cls, *, kubeconfig: Path | None, context: str | None) -> Gateway:
-        """In-cluster config inside a pod, else the kubeconfig (DESIGN §3)."""
+        """In-cluster config inside a pod, else the kubeconfig (docs/design.md §3)."""
         import urllib3
         from kubernetes.client import ApiClient
 

@@ -11,7 +11,7 @@ from loguru import logger
 from dispatch_k8s.core.rules import decisions, events, trainjob, wire, workload
 from dispatch_k8s.core.rules.errors import PreconditionFailed, Refused, Transient
 from dispatch_k8s.core.shell import output
-from dispatch_k8s.core.shell.gateway import Gateway, kinds, watching
+from dispatch_k8s.core.shell.gateway import kinds, watching
 from dispatch_k8s.core.shell.settings import AdmitSettings
 
 
@@ -50,7 +50,7 @@ def _finished(reason: str) -> output.Result:
 def run(settings: AdmitSettings) -> output.Result:
     """Find the reservation, read the TrainJob and JobSet, raise A once, report."""
     began = time.monotonic()
-    gateway = Gateway.connect(kubeconfig=settings.kubeconfig, context=settings.context)
+    gateway = output.connect(settings)
     job = gateway.read_trainjob(settings.namespace, settings.name)
     for refusal in (trainjob.foreign_flag(job), trainjob.multikueue_refusal(job)):
         if refusal is not None:  # before any wait: no reservation of it is acted on
@@ -131,4 +131,6 @@ dispatch-admit --namespace team-a --name train-42-3f9c1a2b --wait --timeout 3600
     --outputs-dir /tmp/out
 """
 
-main = output.entrypoint(run, AdmitSettings, step="admit", about=ABOUT, example=EXAMPLE)
+main = output.entrypoint(
+    run, AdmitSettings, step="admit", about=ABOUT, example=EXAMPLE, acted_on=output.the_trainjob
+)

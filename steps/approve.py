@@ -7,13 +7,13 @@ from loguru import logger
 from dispatch_k8s.core.rules import decisions, trainjob, workload
 from dispatch_k8s.core.rules.errors import PreconditionFailed, Refused
 from dispatch_k8s.core.shell import clock, output
-from dispatch_k8s.core.shell.gateway import Gateway
+from dispatch_k8s.core.shell.gateway import kinds
 from dispatch_k8s.core.shell.settings import ApproveSettings
 
 
 def run(settings: ApproveSettings) -> output.Result:
     """Read the Workload and its TrainJob, check A was raised for it, approve once, report."""
-    gateway = Gateway.connect(kubeconfig=settings.kubeconfig, context=settings.context)
+    gateway = output.connect(settings)
     current = gateway.read_workload(settings.namespace, settings.workload)
     version = current["metadata"]["resourceVersion"]
     if version != settings.workload_resource_version:
@@ -55,4 +55,12 @@ dispatch-approve --namespace team-a --workload "$(cat /tmp/out/workload)" \\
     --admission "$(cat /tmp/out/admission)"
 """
 
-main = output.entrypoint(run, ApproveSettings, step="approve", about=ABOUT, example=EXAMPLE)
+
+def acted_on(settings: ApproveSettings, _: output.Result) -> str:
+    """`-o name`: the Workload approved."""
+    return kinds.WORKLOAD.kubectl_name(settings.workload)
+
+
+main = output.entrypoint(
+    run, ApproveSettings, step="approve", about=ABOUT, example=EXAMPLE, acted_on=acted_on
+)

@@ -6,13 +6,13 @@ from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.rules.errors import DispatchError, Foreign
 from dispatch_k8s.core.shell import output
 from dispatch_k8s.core.shell.auditing import AuditOutcome, audit_namespace, audit_trainjob
-from dispatch_k8s.core.shell.gateway import Gateway
+from dispatch_k8s.core.shell.gateway import kinds
 from dispatch_k8s.core.shell.settings import AuditSettings
 
 
 def run(settings: AuditSettings) -> output.Result | output.Report:
     """Audit one TrainJob or a namespace's; at most one annotation update per TrainJob."""
-    gateway = Gateway.connect(kubeconfig=settings.kubeconfig, context=settings.context)
+    gateway = output.connect(settings)
     if settings.name is not None:
         outcome = audit_trainjob(gateway, settings.namespace, settings.name, step="audit")
         if outcome.findings:
@@ -55,4 +55,12 @@ dispatch-audit --namespace team-a --name train-42-3f9c1a2b
 dispatch-audit --namespace team-a --all
 """
 
-main = output.entrypoint(run, AuditSettings, step="audit", about=ABOUT, example=EXAMPLE)
+
+def acted_on(settings: AuditSettings, line: output.Result) -> str:
+    """`-o name`: the TrainJob a line is about (--all's lines name theirs, --name's the flag)."""
+    return kinds.TRAINJOB.kubectl_name(str(line.get("name", settings.name)))
+
+
+main = output.entrypoint(
+    run, AuditSettings, step="audit", about=ABOUT, example=EXAMPLE, acted_on=acted_on
+)

@@ -7,13 +7,12 @@ from loguru import logger
 from dispatch_k8s.core.rules import decisions, trainjob
 from dispatch_k8s.core.rules.errors import Refused
 from dispatch_k8s.core.shell import output
-from dispatch_k8s.core.shell.gateway import Gateway
 from dispatch_k8s.core.shell.settings import TrainJobSettings
 
 
 def run(settings: TrainJobSettings) -> output.Result:
     """Read the TrainJob and its JobSet, write once (or not at all if already held), report."""
-    gateway = Gateway.connect(kubeconfig=settings.kubeconfig, context=settings.context)
+    gateway = output.connect(settings)
     job = gateway.read_trainjob(settings.namespace, settings.name)
     if trainjob.is_kueue_managed(job):
         raise Refused(
@@ -42,4 +41,6 @@ EXAMPLE = """\
 dispatch-hold --kubeconfig ~/.kube/config --namespace team-a --name train-42-3f9c1a2b
 """
 
-main = output.entrypoint(run, TrainJobSettings, step="hold", about=ABOUT, example=EXAMPLE)
+main = output.entrypoint(
+    run, TrainJobSettings, step="hold", about=ABOUT, example=EXAMPLE, acted_on=output.the_trainjob
+)

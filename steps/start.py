@@ -11,7 +11,7 @@ from dispatch_k8s.core.rules import decisions, ledger, runtime, trainjob, wire
 from dispatch_k8s.core.rules.errors import BadInput, PreconditionFailed, Refused
 from dispatch_k8s.core.rules.request import StartRequest
 from dispatch_k8s.core.shell import output
-from dispatch_k8s.core.shell.gateway import Gateway
+from dispatch_k8s.core.shell.gateway import Gateway, kinds
 from dispatch_k8s.core.shell.settings import StartSettings, read_document
 
 # Three creates at most (claim, TrainJob, record), then done: more rounds mean records are
@@ -114,7 +114,7 @@ def run(settings: StartSettings) -> output.Result:
         _check_queued(request, runtime_object)
         return trainjob.build_trainjob(request, trainer_job=_trainer_job(request, runtime_object))
     request = settings.start_request()
-    gateway = Gateway.connect(kubeconfig=settings.kubeconfig, context=settings.context)
+    gateway = output.connect(settings)
     runtime_object = gateway.read_runtime(
         request.runtime_kind, request.runtime_name, request.namespace
     )
@@ -145,4 +145,13 @@ dispatch-start --namespace team-a --runtime-name dispatch-torch-distributed --jo
     --command python --command train.py --args=--lr --args=0.1
 """
 
-main = output.entrypoint(run, StartSettings, step="start", about=ABOUT, example=EXAMPLE)
+
+def acted_on(settings: StartSettings, result: output.Result) -> str:
+    """`-o name`: the TrainJob made or found (a dry run's result is the TrainJob itself)."""
+    name = result["metadata"]["name"] if settings.dry_run else result["name"]
+    return kinds.TRAINJOB.kubectl_name(name)
+
+
+main = output.entrypoint(
+    run, StartSettings, step="start", about=ABOUT, example=EXAMPLE, acted_on=acted_on
+)

@@ -23,7 +23,7 @@ WATCH_SECONDS: Final = 300.0
 
 def run(settings: StatusSettings) -> None:
     """Read each job and its JobSet and Workloads, print its record; with --watch, follow."""
-    gateway = Gateway.connect(kubeconfig=settings.kubeconfig, context=settings.context)
+    gateway = output.connect(settings)  # --request-timeout bounds a --watch too
     namespace, name = settings.namespace, settings.name
     if settings.watch:
         events = watching.list_then_watch(

@@ -7,13 +7,12 @@ from loguru import logger
 from dispatch_k8s.core.rules import decisions, events, trainjob
 from dispatch_k8s.core.rules.errors import Refused
 from dispatch_k8s.core.shell import output
-from dispatch_k8s.core.shell.gateway import Gateway
 from dispatch_k8s.core.shell.settings import TrainJobSettings
 
 
 def run(settings: TrainJobSettings) -> output.Result:
     """Read the TrainJob and its JobSet, decide, write once, report."""
-    gateway = Gateway.connect(kubeconfig=settings.kubeconfig, context=settings.context)
+    gateway = output.connect(settings)
     job = gateway.read_trainjob(settings.namespace, settings.name)
     if trainjob.is_kueue_managed(job):
         raise Refused(
@@ -53,4 +52,11 @@ EXAMPLE = """\
 dispatch-unsuspend --kubeconfig ~/.kube/config --namespace team-a --name train-42-3f9c1a2b
 """
 
-main = output.entrypoint(run, TrainJobSettings, step="unsuspend", about=ABOUT, example=EXAMPLE)
+main = output.entrypoint(
+    run,
+    TrainJobSettings,
+    step="unsuspend",
+    about=ABOUT,
+    example=EXAMPLE,
+    acted_on=output.the_trainjob,
+)

@@ -63,3 +63,7 @@ class Fenced(Transient):
     Its Lease was not renewed in time, so another may lead by now; the controller exits and
     its Deployment starts it again.
     """
+
+
+class OutOfTime(Transient):
+    """The step's overall deadline (--request-timeout) passed: no request is sent or awaited."""

@@ -9,10 +9,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, NoReturn, TypeVar
 
+import yaml
 from loguru import logger
 
 from dispatch_k8s.core.rules.errors import BadInput, DispatchError
-from dispatch_k8s.core.shell.settings import LogLevel, StepSettings, load_settings
+from dispatch_k8s.core.shell.gateway import Gateway, kinds
+from dispatch_k8s.core.shell.settings import (
+    LogLevel,
+    OutputFormat,
+    StepSettings,
+    TrainJobSettings,
+    load_settings,
+)
 
 Result = Mapping[str, Any]
 S = TypeVar("S", bound=StepSettings)
@@ -83,6 +91,32 @@ def write_outputs(result: Result, outputs_dir: Path) -> None:
         (outputs_dir / key).write_text(field_text(value))
 
 
+def render(lines: Sequence[Result], form: OutputFormat, name: Callable[[Result], str]) -> str:
+    """The result lines as `-o` asks: JSON lines, YAML documents, or kubectl's KIND.GROUP/NAME.
+
+    JSON and YAML keep the same keys in the same (sorted) order.
+    """
+    if form == "yaml":
+        return yaml.safe_dump_all([dict(line) for line in lines], sort_keys=True)
+    if form == "name":
+        return "".join(f"{name(line)}\n" for line in lines)
+    return "".join(f"{json.dumps(line, sort_keys=True)}\n" for line in lines)
+
+
+def connect(settings: StepSettings) -> Gateway:
+    """The step's connection to its cluster; its --request-timeout runs from here."""
+    return Gateway.connect(
+        kubeconfig=settings.kubeconfig,
+        context=settings.context,
+        request_timeout=settings.request_timeout,
+    )
+
+
+def the_trainjob(settings: TrainJobSettings, _: Result) -> str:
+    """`-o name` of a step that acts on the TrainJob --name names."""
+    return kinds.TRAINJOB.kubectl_name(settings.name)
+
+
 def guarded(step: str, body: Callable[[], int]) -> NoReturn:
     """Run a console script's `body` with logs for `step`, and exit with the code it returns.
 
@@ -116,10 +150,12 @@ def entrypoint(
     step: str,
     about: str,
     example: str,
+    acted_on: Callable[[S, Result], str],
 ) -> Callable[[], None]:
     """Wrap a step's `run` as a console script: exit codes per docs/design.md §3.
 
-    `about` (two lines: what the step does) and `example` (one command line) are its --help.
+    `about` (two lines: what the step does) and `example` (one command line) are its --help;
+    `acted_on` is what `-o name` prints for a result line: the object it is about.
     """
 
     def body() -> int:
@@ -139,8 +175,9 @@ def entrypoint(
         )
         if settings.outputs_dir is not None:
             write_outputs(report.summary, settings.outputs_dir)
-        for line in report.lines:
-            sys.stdout.write(json.dumps(line, sort_keys=True) + "\n")
+        sys.stdout.write(
+            render(report.lines, settings.output, lambda line: acted_on(settings, line))
+        )
         if report.error is not None:
             raise report.error
         logger.info("done")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Final, Literal, NoReturn, TypeVar
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import BeforeValidator, Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, CliSettingsSource, SettingsConfigDict, SettingsError
 
@@ -22,7 +22,6 @@ from dispatch_k8s.core.rules.request import (
     RequestError,
     RuntimeKind,
     StartRequest,
-    describe_validation_error,
     parse_start_request,
 )
 from dispatch_k8s.core.shell.gateway.kubeconfig import DEFAULT_NAMESPACE, resolve_namespace
@@ -60,9 +59,37 @@ def doc(text: str, *, metavar: str = "", default: str = "") -> Any:
 
 
 LogLevel = Literal["debug", "info", "warning", "error"]
+OutputFormat = Literal["json", "yaml", "name"]
 VERBOSE: Final = "-v"  # kubectl's short verbosity flag: here, --log-level debug
 # kubectl's short flags that name a field, each shown beside its long flag in --help.
 SHORT_FLAGS: Final = {"namespace": "-n", "selector": "-l", "output": "-o", "watch": "-w"}
+# Go's durations, as kubectl's --request-timeout takes them: `1m30s`, `1.5h`, `500ms`.
+_NUMBER: Final = r"\d+(?:\.\d*)?|\.\d+"
+_DURATION_PART: Final = re.compile(rf"({_NUMBER})(ns|us|µs|μs|ms|s|m|h)")
+_UNIT_NUMBER: Final = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+
+
+def parse_duration(value: object) -> object:
+    """Seconds from kubectl's duration (`30s`, `1m`, `0`) or a bare number of seconds."""
+    if not isinstance(value, str):
+        return value  # a number, from a default or a test: pydantic checks it
+    text = value.strip()
+    if re.fullmatch(_NUMBER, text):
+        return float(text)
+    if text and re.fullmatch(rf"(?:{_DURATION_PART.pattern})+", text):
+        return sum(float(n) * _UNIT_NUMBER[unit] for n, unit in _DURATION_PART.findall(text))
+    raise ValueError(f"{value!r} is no duration: give one as 30s, 1m30s or 0 (none), or seconds")
+
+
 NAMESPACE_DEFAULT: Final = (
     "the kubeconfig context's namespace, else (in a pod) the ServiceAccount's namespace, "
     "else default"
@@ -129,6 +156,29 @@ class StepSettings(ClusterSettings):
             default="none: the result goes to stdout only",
         ),
     ] = None
+    output: Annotated[
+        OutputFormat,
+        doc(
+            "How the result is printed on stdout, as kubectl's -o: json (one line per result), "
+            "yaml (the same fields, one document per result) or name (the object acted on, "
+            "as kubectl prints it: trainjob.trainer.kubeflow.org/NAME, one line per object). "
+            "--outputs-dir writes the same files whichever.",
+            metavar="FORMAT",
+            default="json",
+        ),
+    ] = "json"
+    request_timeout: Annotated[
+        float,
+        BeforeValidator(parse_duration),
+        Field(ge=0),
+        doc(
+            "A deadline for the whole step, counted from when it connects: as kubectl's "
+            "(30s, 1m, or a number of seconds). Once it passes, no request is sent and none "
+            "is awaited any longer: the step exits 75, run it again.",
+            metavar="DURATION",
+            default="0: no deadline (each request still times out on its own)",
+        ),
+    ] = 0.0
 
 
 S = TypeVar("S", bound=ClusterSettings)
@@ -203,7 +253,7 @@ def load_settings(
     try:
         settings = cls(_cli_settings_source=source(args=argv))
     except ValidationError as e:
-        raise BadInput(f"{prog}: {describe_validation_error(e)}") from e
+        raise BadInput(f"{prog}: {describe_settings_error(e)}") from e
     except SettingsError as e:  # a value pydantic-settings could not even split or decode
         raise BadInput(f"{prog}: {' '.join(str(e).split())}") from e
     updates: dict[str, Any] = dict(verbatim)
@@ -231,6 +281,28 @@ def env_name(field: str) -> str:
 def flag_name(field: str) -> str:
     """The flag that sets a field: --<field in kebab-case>."""
     return "--" + field.replace("_", "-")
+
+
+def describe_settings_error(error: ValidationError, *, request_file: bool = False) -> str:
+    """One line naming each bad setting by its flag and env variable.
+
+    `--name (env DISPATCH_NAME) is required`; with `request_file`, its key there too.
+    """
+    parts = []
+    for item in error.errors():
+        message = item["msg"].removeprefix("Value error, ")
+        where = [str(part) for part in item["loc"]]
+        if not where:  # a rule over several flags, which names them itself
+            parts.append(message)
+            continue
+        in_file = f", or {where[0]} in --request-file" if request_file else ""
+        named = f"{flag_name(where[0])} (env {env_name(where[0])}{in_file})"
+        inside = ".".join(where[1:])  # a key or item of a list or mapping flag
+        if item["type"] == "missing":
+            parts.append(f"{named} is required")
+        else:
+            parts.append(f"{named}: {f'{inside}: ' if inside else ''}{message}")
+    return "; ".join(parts).replace("\n", " ")
 
 
 def _extra(info: FieldInfo, key: str) -> str:
@@ -534,7 +606,13 @@ class StartSettings(StepSettings):
         try:
             return parse_start_request(fields)
         except RequestError as e:
-            raise BadInput(f"start request refused: {e}") from e
+            cause = e.__cause__  # each field of the request is a flag of start's
+            told = (
+                describe_settings_error(cause, request_file=True)
+                if isinstance(cause, ValidationError)
+                else str(e)
+            )
+            raise BadInput(f"start request refused: {told}") from e
 
 
 NAMESPACE_DOC: Final = doc(
@@ -608,6 +686,7 @@ class StatusSettings(AuditSettings):
         bool,
         doc("Show every TrainJob of the namespace that dispatch-start made.", default="off"),
     ] = False
+    # A table, as kubectl get prints, where the steps print a result: a format of its own.
     output: Annotated[
         Literal["table", "json", "yaml"],
         doc(
@@ -616,7 +695,7 @@ class StatusSettings(AuditSettings):
             metavar="table|json|yaml",
             default="table, on a terminal or not (as kubectl)",
         ),
-    ] = "table"
+    ] = "table"  # type: ignore[assignment]
     watch: Annotated[
         bool,
         doc(

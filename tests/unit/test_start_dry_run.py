@@ -269,7 +269,10 @@ WITHOUT_COMMAND = [w for w in REQUEST if not w.startswith("--command")]
 
 @pytest.mark.parametrize(
     ("command", "says"),
-    [([], "command: Field required"), (["--command=-x"], "must name a program")],
+    [
+        ([], "--command (env DISPATCH_COMMAND, or command in --request-file) is required"),
+        (["--command=-x"], "must name a program"),
+    ],
     ids=["missing", "option-like"],
 )
 def test_command_must_name_a_program(command: list[str], says: str) -> None:

@@ -12,11 +12,19 @@ import functools
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from dispatch_k8s.core.rules import events, shapes
-from dispatch_k8s.core.rules.errors import Expired, Fenced, NotFound, PreconditionFailed, Transient
+from dispatch_k8s.core.rules.errors import (
+    Expired,
+    Fenced,
+    NotFound,
+    OutOfTime,
+    PreconditionFailed,
+    Transient,
+)
 from dispatch_k8s.core.shell import clock
 from dispatch_k8s.core.shell.gateway import kinds
 from dispatch_k8s.core.shell.gateway.api_errors import ATTEMPTS, ApiError, error_for, with_retries
@@ -41,6 +49,24 @@ Query = Iterable[tuple[str, str | int | bool]]
 Timeout = float | tuple[float, float]
 
 
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """A step's overall deadline, `--request-timeout` (`seconds`) counted from `start`."""
+
+    seconds: float
+    start: float = field(default_factory=time.monotonic)
+
+    def left(self, waiting: str) -> float:
+        """The seconds left; OutOfTime, telling what was `waiting`, once there are none."""
+        left = self.start + self.seconds - time.monotonic()
+        if left <= 0:
+            raise OutOfTime(
+                f"--request-timeout {self.seconds:g}s (env DISPATCH_REQUEST_TIMEOUT) passed "
+                f"{waiting}: run the step again"
+            )
+        return left
+
+
 class Gateway:
     """A connection to one cluster; each method is one API request.
 
@@ -56,10 +82,12 @@ class Gateway:
         *,
         fence: Callable[[], None] | None = None,
         limit: TokenBucket | None = None,
+        deadline: Deadline | None = None,
     ) -> None:
         self._api = api
         self._fence = fence
         self._limit = limit
+        self._deadline = deadline
 
     def fenced(self, fence: Callable[[], None], *, limit: TokenBucket | None = None) -> Gateway:
         """The same connection, `fence` called before each write, `limit` taken before each request.
@@ -68,11 +96,16 @@ class Gateway:
         lapsed. The Lease's own requests go through a connection without either: no burst of
         work may delay a renewal.
         """
-        return type(self)(self._api, fence=fence, limit=limit)
+        return type(self)(self._api, fence=fence, limit=limit, deadline=self._deadline)
 
     @classmethod
-    def connect(cls, *, kubeconfig: Path | None, context: str | None) -> Gateway:
-        """In-cluster config inside a pod, else the kubeconfig (docs/design.md §3)."""
+    def connect(
+        cls, *, kubeconfig: Path | None, context: str | None, request_timeout: float = 0
+    ) -> Gateway:
+        """In-cluster config inside a pod, else the kubeconfig (docs/design.md §3).
+
+        A `request_timeout` above 0 is a deadline for every request from now on (Deadline).
+        """
         import urllib3
         from kubernetes.client import ApiClient
 
@@ -80,7 +113,8 @@ class Gateway:
         # urllib3's own default retries would resend a PUT whose answer was lost (it counts PUT
         # as idempotent) and multiply every timeout by four: with_retries is the only retry layer.
         configuration.retries = urllib3.util.Retry(total=0, connect=0, read=0, redirect=0, status=0)
-        return cls(ApiClient(configuration))
+        deadline = Deadline(request_timeout) if request_timeout > 0 else None
+        return cls(ApiClient(configuration), deadline=deadline)
 
     # One request
 
@@ -94,7 +128,14 @@ class Gateway:
         content_type: str = JSON,
         timeout: Timeout = REQUEST_TIMEOUT,
     ) -> RESTResponse:
-        """Send one request, its body unread; a status outside 2xx is an ApiError."""
+        """Send one request, its body unread; a status outside 2xx is an ApiError.
+
+        Under a Deadline, a request is sent only while time is left, and waits for its answer
+        no longer than that: the step stops between requests, never between a write and
+        its answer being awaited, so a write is sent whole or not at all.
+        """
+        import urllib3
+
         if self._limit is not None:
             self._limit.take()
         if self._fence is not None and method != "GET":
@@ -110,11 +151,27 @@ class Gateway:
             body=body,
             auth_settings=["BearerToken"],
         )
-        response = self._api.call_api(*request, _request_timeout=timeout)
+        if self._deadline is not None:
+            left = self._deadline.left(f"before {method} {path} was sent")
+            timeout = (
+                (min(timeout[0], left), min(timeout[1], left))
+                if isinstance(timeout, tuple)
+                else min(timeout, left)
+            )
+        try:
+            response = self._api.call_api(*request, _request_timeout=timeout)
+        except urllib3.exceptions.HTTPError:
+            self._out_of_time(f"waiting for the answer to {method} {path}")
+            raise
         if not 200 <= response.status <= 299:
             data: bytes = response.read()  # type: ignore[no-untyped-call]
             raise ApiError.from_body(response.status, str(response.reason or ""), data)
         return response
+
+    def _out_of_time(self, waiting: str) -> None:
+        """OutOfTime if the deadline passed: what failed failed for want of time."""
+        if self._deadline is not None:
+            self._deadline.left(waiting)
 
     def _json(self, method: str, path: str, **options: Any) -> dict[str, Any]:
         response = self._send(method, path, **options)
@@ -298,6 +355,7 @@ class Gateway:
                 raise Expired(f"{what}: resourceVersion {version} is too old") from e
             raise error_for(e, what) from e
         except urllib3.exceptions.HTTPError as e:  # cut, reset or stalled: run it again
+            self._out_of_time(f"during {what}")
             raise Transient(f"{what}: connection lost: {type(e).__name__}") from e
 
     def poll(
@@ -457,4 +515,7 @@ class Gateway:
             return False
         except Fenced:
             return False  # this replica no longer leads: the next leader records it
+        except OutOfTime as e:  # the step's work is done: the Event is not worth failing it
+            logger.warning(f"cannot record Event {event['reason']}: {e}")
+            return False
         return True

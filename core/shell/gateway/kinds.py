@@ -39,6 +39,11 @@ class Kind:
             path = f"{path}/{quote(name, safe='')}"
         return f"{path}/{subresource}" if subresource else path
 
+    def kubectl_name(self, name: str) -> str:
+        """One object as kubectl's `-o name` prints it: `trainjob.trainer.kubeflow.org/NAME`."""
+        resource = f"{self.name.lower()}.{self.group}" if self.group else self.name.lower()
+        return f"{resource}/{name}"
+
     def describe(self, namespace: str | None, name: str) -> str:
         """How an error names one object: `Kind namespace/name`, or `Kind name` unscoped."""
         return f"{self.name} {namespace}/{name}" if self.namespaced else f"{self.name} {name}"

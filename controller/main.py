@@ -30,7 +30,7 @@ from dispatch_k8s.controller.leader import Elector
 from dispatch_k8s.controller.queue import RETRY, Again, WorkQueue
 from dispatch_k8s.controller.reconcile import Gatekeeper
 from dispatch_k8s.controller.threads import Supervisor
-from dispatch_k8s.core.rules import gate, workload
+from dispatch_k8s.core.rules import gate, shapes, wire, workload
 from dispatch_k8s.core.rules.errors import BadInput, DispatchError, Fenced
 from dispatch_k8s.core.shell import clock, output
 from dispatch_k8s.core.shell.gateway import Gateway, kinds
@@ -59,12 +59,16 @@ class Leading:
         self._checks: frozenset[str] = frozenset()
         self._known_checks = threading.Event()
         self._workloads: dict[Key, dict[str, Any]] = {}
+        # Managed TrainJobs as their watch last told them: a pass raises on one with its
+        # resourceVersion as the precondition, so a stale copy is a 409, never a wrong raise.
+        self._trainjobs: dict[Key, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self.gatekeeper = Gatekeeper(
             gateway,
             checks=lambda: self._checks,
             other_workloads=settings.other_workloads,
             on_refusal=settings.on_refusal,
+            cached_trainjob=self._cached_trainjob,
         )
         self._threads: list[threading.Thread] = []
         self.auditor = Auditor(gateway, settings, ended=self.ended) if settings.audit else None
@@ -77,6 +81,7 @@ class Leading:
         scopes: list[str | None] = [*self._settings.namespaces] or [None]
         for namespace in scopes:
             self._spawn(f"workloads {namespace or '*'}", self._watch_workloads, namespace)
+            self._spawn(f"trainjobs {namespace or '*'}", self._watch_trainjobs, namespace)
         for index in range(self._settings.workers):
             self._spawn(f"worker {index}", self._work)
 
@@ -96,7 +101,9 @@ class Leading:
 
     # Watches
 
-    def _list_and_watch(self, resource: Kind, namespace: str | None) -> Iterator[Event]:
+    def _list_and_watch(
+        self, resource: Kind, namespace: str | None, *, label_selector: str = ""
+    ) -> Iterator[Event]:
         """("LISTED", list) once per resync, then the watch's events, until the term ends."""
         return streams.whole_lists(
             streams.list_and_watch(
@@ -105,6 +112,7 @@ class Leading:
                 namespace,
                 ended=self.ended,
                 resync_seconds=self._settings.resync_seconds,
+                label_selector=label_selector,
             )
         )
 
@@ -144,22 +152,40 @@ class Leading:
 
     def _watch_workloads(self, namespace: str | None) -> None:
         self._known_checks.wait()  # which Workloads are ours depends on which checks are
-        for kind, obj in self._list_and_watch(kinds.WORKLOAD, namespace):
-            if kind == "LISTED":
-                items = obj.get("items") or []
-                with self._lock:
-                    for key in [k for k in self._workloads if namespace in (None, k[0])]:
-                        del self._workloads[key]
-                    self._workloads.update({_key(item): item for item in items})
-                for item in items:
-                    self._observe(item)
-            elif kind in ("ADDED", "MODIFIED"):
-                with self._lock:
-                    self._workloads[_key(obj)] = obj
-                self._observe(obj)
-            elif kind == "DELETED":
-                with self._lock:
-                    self._workloads.pop(_key(obj), None)
+        for event in self._list_and_watch(kinds.WORKLOAD, namespace):
+            for told in self._mirror(self._workloads, namespace, event):
+                self._observe(told)
+
+    def _watch_trainjobs(self, namespace: str | None) -> None:
+        selector = f"{wire.MANAGED_BY_LABEL}={wire.MANAGED_BY}"
+        for event in self._list_and_watch(kinds.TRAINJOB, namespace, label_selector=selector):
+            self._mirror(self._trainjobs, namespace, event)
+
+    def _mirror(
+        self, cache: dict[Key, dict[str, Any]], namespace: str | None, event: Event
+    ) -> list[dict[str, Any]]:
+        """Keep `cache` as the collection of `namespace` is; the objects the event told."""
+        kind, obj = event
+        if kind == "LISTED":
+            items = [shapes.without_managed_fields(item) for item in obj.get("items") or []]
+            with self._lock:
+                for key in [k for k in cache if namespace in (None, k[0])]:
+                    del cache[key]
+                cache.update({_key(item): item for item in items})
+            return items
+        if kind in ("ADDED", "MODIFIED"):
+            kept = shapes.without_managed_fields(obj)
+            with self._lock:
+                cache[_key(kept)] = kept
+            return [kept]
+        if kind == "DELETED":
+            with self._lock:
+                cache.pop(_key(obj), None)
+        return []
+
+    def _cached_trainjob(self, namespace: str, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self._trainjobs.get((namespace, name))
 
     def _observe(self, obj: dict[str, Any]) -> None:
         if gate.our_checks(obj, self._checks) and not workload.is_finished(obj):

@@ -43,11 +43,13 @@ class Gatekeeper:
         checks: Callable[[], frozenset[str]],
         other_workloads: Literal["approve", "leave"],
         on_refusal: gate.OnRefusal = "reject",
+        cached_trainjob: Callable[[str, str], Mapping[str, Any] | None] = lambda _ns, _n: None,
     ) -> None:
         self._gateway = gateway
         self._checks = checks
         self._other_workloads = other_workloads
         self._on_refusal: gate.OnRefusal = on_refusal
+        self._cached_trainjob = cached_trainjob
         self._lock = threading.Lock()
         self._first_seen: OrderedDict[str, float] = OrderedDict()
         self._refused: OrderedDict[str, str] = OrderedDict()
@@ -140,7 +142,18 @@ class Gatekeeper:
         assert job is not None  # a raise is only decided for a TrainJob that was read
         return self._raise_and_approve(current, job, check, decision.reservation)
 
-    def _read_trainjob(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def _read_trainjob(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The managed TrainJob as its watch told it, else (not managed, or not told yet) read.
+
+        A stale copy is safe: the raise is preconditioned on its resourceVersion (a 409 and
+        the pass again after its backoff), and a TrainJob made again under the name has
+        another UID, which the decision compares. The JobSet is another matter: it is always
+        read afresh before a raise (_raise_and_approve), since a copy from before a
+        replacement would show the old J and no precondition of this write covers it.
+        """
+        cached = self._cached_trainjob(namespace, name)
+        if cached is not None:
+            return cached
         try:
             return self._gateway.read_trainjob(namespace, name)
         except NotFound:

@@ -908,8 +908,7 @@ def _word(value: Any) -> str:
 
 def job_as_audited(job: Mapping[str, Any]) -> dict[str, Any]:
     """A TrainJob, JobSet or Job less its managedFields (no audit reads them), to be kept."""
-    meta = {k: v for k, v in shapes.mapping(job.get("metadata")).items() if k != "managedFields"}
-    return {**job, "metadata": meta}
+    return shapes.without_managed_fields(job)
 
 
 def pod_as_audited(pod: Mapping[str, Any]) -> dict[str, Any]:

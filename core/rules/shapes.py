@@ -38,3 +38,9 @@ def annotations_of(obj: Any) -> Mapping[str, Any]:
 def labels_of(obj: Any) -> Mapping[str, Any]:
     """metadata.labels, empty when absent or malformed."""
     return at(obj, "metadata", "labels")
+
+
+def without_managed_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """`obj` less metadata.managedFields (often half of it; no decision reads it), to keep."""
+    meta = {k: v for k, v in mapping(obj.get("metadata")).items() if k != "managedFields"}
+    return {**obj, "metadata": meta}

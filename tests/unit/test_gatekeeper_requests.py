@@ -85,3 +85,20 @@ def test_a_failed_pass_is_retried_after_its_backoff_and_counted_by_its_queue(
     assert gateway.requests == ["read_trainjob", "read_jobset", "update_trainjob"]
     after = REGISTRY.get_sample_value("dispatch_admission_reconcile_errors_total", labels)
     assert after == before + 1
+
+
+def test_a_managed_trainjob_its_watch_told_is_not_read_again_but_its_jobset_is() -> None:
+    """The raise is preconditioned on the cached TrainJob's resourceVersion; the JobSet has
+    no such cover (a replaced one would show an old J), so it is read afresh."""
+    gateway = Recorder(fails_at="update_trainjob", failure=PreconditionFailed("409"))
+    keeper = Gatekeeper(
+        gateway,  # type: ignore[arg-type]
+        checks=lambda: frozenset({CHECK}),
+        other_workloads="leave",
+        cached_trainjob=lambda _namespace, _name: dispatch_job(),
+    )
+    try:
+        assert keeper.gate(workload_dict()) is RETRY
+    finally:
+        keeper.close()
+    assert gateway.requests == ["read_jobset", "update_trainjob"]

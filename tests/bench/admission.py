@@ -7,11 +7,16 @@ releases them together, so Kueue reserves quota for N Workloads at once in each 
 watch notes, by this process's monotonic clock, when each Workload is first seen with
 QuotaReserved and when first seen Admitted (the API's own times have whole seconds); the
 figure is the time between, p50 and p99 over every Workload of N's rounds; beside it, the
-time from the queue's release to Admitted, the whole of Kueue's work and ours. The controller's
-CPU time and resident memory come from /proc: while idle, and over the rounds of N=100.
+time from the queue's release to Admitted, the whole of Kueue's work and ours. For each N,
+from the controller's own metrics: the requests it sent per Workload gated (each request takes
+a token of --kube-api-qps, so the rate limiter's count is the request count), and whether every
+reservation was raised once and approved once. The controller runs with --no-audit: its
+requests are the gate's alone (the auditor has its own benchmark, tests.bench.auditor). Its CPU
+time and resident memory come from /proc: while idle, and over the rounds of each N.
 
     python -m tests.bench.admission                    # starts its own control plane
     python -m tests.bench.admission --kubeconfig KC    # an existing one (tests.cluster up)
+    python -m tests.bench.admission --concurrency 1 100 --rounds-scale 0.5   # a part of it
 
 This is a benchmark, not a test: nothing here fails on a slow figure (docs/design.md §4).
 """
@@ -42,8 +47,8 @@ from tests.support.replicas import Replica, replicas
 from tests.support.requests import trainjob_body
 from tests.support.shipped import REPO
 
-CONCURRENCY: Final = (1, 10, 100)
-ROUNDS: Final = {1: 20, 10: 5, 100: 2}  # about the same number of Workloads at each N
+CONCURRENCY: Final = (1, 10, 100, 1000)
+ROUNDS: Final = {1: 20, 10: 5, 100: 2, 1000: 1}  # about the same Workloads at N up to 100
 TRAINER: Final = ("trainer.kubeflow.org", "v1alpha1")
 QUEUES: Final = ("bench-check", "bench-plain")  # one namespace (and ClusterQueue) each
 TICKS: Final = os.sysconf("SC_CLK_TCK")
@@ -227,7 +232,7 @@ def bench(kubeconfig: Path, work: Path, rounds: dict[int, int], workers: int) ->
     watcher = threading.Thread(target=follow, args=(api, sightings, stop), daemon=True)
     watcher.start()
     try:
-        extra = ("--workers", str(workers))
+        extra = ("--workers", str(workers), "--no-audit")
         with replicas(kubeconfig, "bench-check", work, "bench", extra=extra) as (replica,):
             return measure(api, runtime, sightings, replica, rounds)
     finally:
@@ -258,10 +263,15 @@ def measure(
         "| without a check p50 / p99 | released to Admitted, with / without the check p50 |",
         "|---|---|---|---|---|---|---|",
     ]
-    burst = ""
+    costs = [
+        "| concurrent reservations | requests per Workload | raises / approvals per Workload "
+        "| CPU per Workload | peak RSS |",
+        "|---|---|---|---|---|",
+    ]
     for count, repeat in rounds.items():
         say(f"N={count}: {repeat} rounds")
         cpu, began = cpu_seconds(pid), time.monotonic()
+        counted = _counters(replica)
         keys = (*QUEUES, "approval", "kueue", *(f"{queue} whole" for queue in QUEUES))
         gathered: dict[str, list[float]] = {key: [] for key in keys}
         for index in range(repeat):
@@ -274,18 +284,32 @@ def measure(
             f"| {statistics.median(gathered['bench-check whole']) * 1000:.0f} / "
             f"{statistics.median(gathered['bench-plain whole']) * 1000:.0f} ms |"
         )
-        if count == max(rounds):
-            spent, wall = cpu_seconds(pid) - cpu, time.monotonic() - began
-            burst = (
-                f"under N={count} ({repeat} rounds, {wall:.0f} s): {spent:.2f} s CPU "
-                f"({spent / wall * 100:.1f}% of a core), {spent / len(checked) * 1000:.1f} ms "
-                f"CPU per Workload gated; peak RSS {memory_mib(pid, 'VmHWM'):.0f} MiB"
-            )
+        spent, wall = cpu_seconds(pid) - cpu, time.monotonic() - began
+        sent, raised, approved = (
+            after - before for after, before in zip(_counters(replica), counted, strict=True)
+        )
+        gated = len(checked)
+        costs.append(
+            f"| {count} | {sent / gated:.1f} | {raised / gated:.2f} / {approved / gated:.2f} "
+            f"| {spent / gated * 1000:.1f} ms ({spent / wall * 100:.1f}% of a core over "
+            f"{wall:.0f} s) | {memory_mib(pid, 'VmHWM'):.0f} MiB |"
+        )
     return [
         *lines,
         "",
-        f"controller idle: {idle_cpu * 100:.2f}% of a core, RSS {idle_rss:.0f} MiB; {burst}",
+        *costs,
+        "",
+        f"controller idle: {idle_cpu * 100:.2f}% of a core, RSS {idle_rss:.0f} MiB",
     ]
+
+
+def _counters(replica: Replica) -> tuple[float, float, float]:
+    """The controller's requests sent, raises and approvals after a raise, so far."""
+    return (
+        replica.metric("dispatch_admission_rate_limiter_wait_seconds_count"),
+        replica.metric("dispatch_admission_raises_total"),
+        replica.metric("dispatch_admission_approvals_total", 'kind="dispatch"'),
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -295,13 +319,23 @@ def main(argv: list[str]) -> int:
         "--rounds-scale",
         type=float,
         default=1.0,
-        help="multiply the rounds at each N (default 1: 20, 5 and 2 rounds at N=1, 10, 100)",
+        help="multiply the rounds at each N (default 1: 20, 5, 2 and 1 at N=1, 10, 100, 1000)",
     )
     parser.add_argument(
         "--workers", type=int, default=4, help="the controller's --workers (default: 4, its own)"
     )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        nargs="+",
+        choices=CONCURRENCY,
+        default=list(CONCURRENCY),
+        help="which N to run (default: all of 1 10 100 1000)",
+    )
     args = parser.parse_args(argv)
-    rounds = {n: max(1, round(r * args.rounds_scale)) for n, r in ROUNDS.items()}
+    rounds = {
+        n: max(1, round(r * args.rounds_scale)) for n, r in ROUNDS.items() if n in args.concurrency
+    }
     with tempfile.TemporaryDirectory(prefix="dispatch-bench-") as scratch:
         work = Path(scratch)
         with cluster_at(args.kubeconfig, work) as kubeconfig:

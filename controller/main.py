@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -24,7 +25,7 @@ from typing import Any, Final
 
 from loguru import logger
 
-from dispatch_k8s.controller import serve, streams
+from dispatch_k8s.controller import secure_metrics, serve, streams
 from dispatch_k8s.controller.auditor import Auditor
 from dispatch_k8s.controller.leader import Elector
 from dispatch_k8s.controller.queue import RETRY, Again, WorkQueue
@@ -244,11 +245,25 @@ def run(settings: ControllerSettings) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     probes = serve.Probes()
+    apart = bool(settings.metrics_address)
     try:
-        server = serve.serve(settings.address, probes)
+        server = serve.serve(settings.address, probes, metrics=not apart)
     except (OSError, ValueError) as e:
         raise BadInput(f"{PROG}: cannot serve on --address {settings.address}: {e}") from e
     gateway = Gateway.connect(kubeconfig=settings.kubeconfig, context=settings.context)
+    servers = [server]
+    if apart:
+        try:
+            context = secure_metrics.tls_context(settings.metrics_cert_dir)
+            authorizer = secure_metrics.Authorizer(gateway)
+            servers.append(
+                secure_metrics.serve_metrics(settings.metrics_address, authorizer, context)
+            )
+        except (OSError, ValueError, ssl.SSLError) as e:
+            server.shutdown()
+            raise BadInput(
+                f"{PROG}: cannot serve on --metrics-address {settings.metrics_address}: {e}"
+            ) from e
     identity = settings.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     elector = Elector(
         gateway,
@@ -297,7 +312,8 @@ def run(settings: ControllerSettings) -> int:
             term.end(timeout=30.0)
             keeper.join()
             elector.release()
-    server.shutdown()
+    for running in servers:
+        running.shutdown()
     logger.info("stopped")
     return code
 

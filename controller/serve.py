@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -95,17 +96,39 @@ class Probes:
         self.ready = threading.Event()
 
 
-def _handler(probes: Probes) -> type[BaseHTTPRequestHandler]:
-    routes: dict[str, Callable[[], tuple[int, str, bytes]]] = {
-        "/metrics": lambda: (200, CONTENT_TYPE_LATEST, generate_latest()),
-        "/healthz": lambda: _probe(probes.healthy),
-        "/readyz": lambda: _probe(probes.ready),
-    }
+Route = Callable[[], tuple[int, str, bytes]]  # status, content type, body
+Authorize = Callable[[str | None], int]  # the Authorization header -> 200, 401 or 403
+_REFUSED: Final = {401: b"Unauthorized\n", 403: b"Forbidden\n"}
+CONNECTION_TIMEOUT: Final = 10.0  # seconds a connection may take to ask: none holds a thread
 
+
+def metrics_body() -> tuple[int, str, bytes]:
+    """/metrics: every series of this process, in Prometheus' text format."""
+    return 200, CONTENT_TYPE_LATEST, generate_latest()
+
+
+def _handler(routes: dict[str, Route], authorize: Authorize | None) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        timeout = CONNECTION_TIMEOUT
+
+        def setup(self) -> None:
+            super().setup()
+            if isinstance(self.request, ssl.SSLSocket):  # in this connection's own thread
+                self.request.do_handshake()
+
         def do_GET(self) -> None:
             route = routes.get(self.path.partition("?")[0])
-            status, content_type, body = route() if route else (404, "text/plain", b"no\n")
+            allowed = (
+                200
+                if authorize is None or route is None
+                else authorize(self.headers.get("Authorization"))
+            )
+            if route is None:
+                status, content_type, body = 404, "text/plain", b"no\n"
+            elif allowed != 200:
+                status, content_type, body = allowed, "text/plain", _REFUSED[allowed]
+            else:
+                status, content_type, body = route()
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
@@ -122,10 +145,29 @@ def _probe(flag: threading.Event) -> tuple[int, str, bytes]:
     return (200, "text/plain", b"ok\n") if flag.is_set() else (503, "text/plain", b"not yet\n")
 
 
-def serve(address: str, probes: Probes) -> ThreadingHTTPServer:
-    """Serve metrics and probes at HOST:PORT in a daemon thread; the server, to shut down."""
+def server_at(
+    address: str, routes: dict[str, Route], *, authorize: Authorize | None = None
+) -> ThreadingHTTPServer:
+    """A server bound to HOST:PORT for `routes`, not yet serving."""
     host, _, port = address.rpartition(":")
-    server = ThreadingHTTPServer((host.strip("[]"), int(port)), _handler(probes))
+    server = ThreadingHTTPServer((host.strip("[]"), int(port)), _handler(routes, authorize))
     server.daemon_threads = True
+    return server
+
+
+def start(server: ThreadingHTTPServer) -> None:
+    """Serve in a daemon thread."""
     threading.Thread(target=server.serve_forever, name="serve", daemon=True).start()
+
+
+def serve(address: str, probes: Probes, *, metrics: bool = True) -> ThreadingHTTPServer:
+    """Serve the probes (and /metrics, unless served apart) at HOST:PORT; the server."""
+    routes: dict[str, Route] = {
+        "/healthz": lambda: _probe(probes.healthy),
+        "/readyz": lambda: _probe(probes.ready),
+    }
+    if metrics:
+        routes["/metrics"] = metrics_body
+    server = server_at(address, routes)
+    start(server)
     return server

@@ -856,6 +856,25 @@ class ControllerSettings(ClusterSettings):
             metavar="HOST:PORT",
         ),
     ] = "127.0.0.1:8080"
+    metrics_address: Annotated[
+        str,
+        doc(
+            "Serve /metrics here over TLS instead of on --address, each scrape's bearer token "
+            "reviewed by the API server and its user allowed get on /metrics (RBAC "
+            "nonResourceURLs), as controller-runtime's secure metrics; needs create on "
+            "tokenreviews and subjectaccessreviews.",
+            metavar="HOST:PORT",
+            default="none: /metrics on --address, plain HTTP",
+        ),
+    ] = ""
+    metrics_cert_dir: Annotated[
+        Path | None,
+        doc(
+            "tls.crt and tls.key for --metrics-address (cert-manager's layout).",
+            metavar="DIR",
+            default="a certificate made at start, signed by its own key",
+        ),
+    ] = None
     lease_namespace: Annotated[
         str,
         doc(

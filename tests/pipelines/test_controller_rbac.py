@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from dispatch_k8s.core.rules import events, wire
 from dispatch_k8s.core.shell.settings import ControllerSettings, load_settings
 from tests.cluster import kube
+from tests.cluster.process import free_ports
 from tests.cluster.wait import wait_until
 from tests.support import cli
 from tests.support.cluster_under_test import Cluster
@@ -34,9 +35,14 @@ from tests.support.controller_identity import (
 )
 from tests.support.kueue_objects import KueueSetup
 from tests.support.lifecycle import Step, read_trainjob, start_args, start_queued
-from tests.support.replicas import admitted, replicas
-from tests.support.shipped import Manifest, documents
-from tests.support.step_identity import StepIdentity, granted_by_the_server, shipped_grants
+from tests.support.replicas import admitted, replicas, secure_get
+from tests.support.shipped import Manifest, documents, monitoring_object
+from tests.support.step_identity import (
+    StepIdentity,
+    granted_by_the_server,
+    service_account_token,
+    shipped_grants,
+)
 
 pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]
 SCRIPT: Final = cli.CONTROLLER
@@ -134,6 +140,7 @@ def test_the_deployment_command_parses_into_the_lease_the_role_names() -> None:
     with cli.environment(env):
         settings = load_settings(ControllerSettings, prog=SCRIPT, argv=container["args"])
     assert settings.address == "0.0.0.0:8080"
+    assert settings.metrics_address == "0.0.0.0:8443"
     assert settings.identity == "dispatch-admission-controller-7d9-x2"
     assert settings.lease_namespace == "ns-a"
     port = int(settings.address.rpartition(":")[2])
@@ -141,6 +148,7 @@ def test_the_deployment_command_parses_into_the_lease_the_role_names() -> None:
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         assert container[probe]["httpGet"]["path"] == path
         assert named[container[probe]["httpGet"]["port"]] == port
+    assert named["https"] == int(settings.metrics_address.rpartition(":")[2])
     # The Role's get/update rule names exactly the default Lease; the binding the namespace.
     role = shipped("Role")
     named_rules = [rule for rule in role["rules"] if rule.get("resourceNames")]
@@ -321,3 +329,62 @@ def test_the_controller_identity_can_do_nothing_more(
     job = read_trainjob(client.CustomObjectsApi(api_client), namespace, name)
     assert "x" not in (job["metadata"].get("labels") or {})
     assert job["metadata"].get("deletionTimestamp") is None
+
+
+def test_the_shipped_identity_serves_metrics_to_the_reader_role_only(
+    controller_identity: StepIdentity,
+    namespace: str,
+    api_client: client.ApiClient,
+    tmp_path: Path,
+) -> None:
+    """--metrics-address under the shipped RBAC (tokenreviews and subjectaccessreviews
+    create): the API server reviews real ServiceAccount tokens; the one bound to
+    pipelines/monitoring/metrics-reader.yaml's ClusterRole reads /metrics, another is
+    refused, no token or a forged one is not authenticated."""
+    core = client.CoreV1Api(api_client)
+    for account in ("prometheus", "someone"):
+        core.create_namespaced_service_account(
+            namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=account))
+        )
+    reader = copy.deepcopy(monitoring_object("ClusterRole"))
+    reader["metadata"]["name"] += f"-{namespace}"  # tests never share cluster objects
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": reader["metadata"]["name"]},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": reader["metadata"]["name"],
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": namespace}],
+    }
+    kube.apply(api_client, reader, namespace=None)
+    kube.apply(api_client, binding, namespace=None)
+    try:
+        (port,) = free_ports(1)
+        apart = ("--metrics-address", f"127.0.0.1:{port}")
+        with replicas(controller_identity.kubeconfig, namespace, tmp_path, "sa", extra=apart) as (
+            replica,
+        ):
+            token = service_account_token(api_client, namespace, "prometheus")
+
+            def let_in() -> bytes | None:
+                status, body, _ = secure_get(port, "/metrics", token)
+                return body if status == 200 else None
+
+            # A 403 while the binding reaches the authorizer is remembered for a minute.
+            body = wait_until(let_in, what="the reader's scrape to be let in", timeout=90)
+            assert b"dispatch_admission_leader" in body
+            other = service_account_token(api_client, namespace, "someone")
+            assert secure_get(port, "/metrics", other)[:2] == (403, b"Forbidden\n")
+            assert secure_get(port, "/metrics", None)[0] == 401
+            assert secure_get(port, "/metrics", f"{token[:-4]}AAAA")[0] == 401, "forged"
+            assert replica.get("/metrics")[0] == 404, "the probes' port serves no metrics"
+            assert replica.get("/readyz")[0] == 200
+            assert replica.stop() == 0
+        refused = [r for r in replica.records() if "403 Forbidden" in json.dumps(r)]
+        assert refused == [], "the shipped RBAC lets it review"
+    finally:
+        kube.delete(api_client, binding, namespace=None)
+        kube.delete(api_client, reader, namespace=None)

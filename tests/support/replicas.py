@@ -6,8 +6,10 @@ lines to a file the test reads; replicas of one test share its Lease.
 
 from __future__ import annotations
 
+import http.client
 import json
 import signal
+import ssl
 import subprocess
 import urllib.error
 import urllib.request
@@ -161,3 +163,20 @@ def admitted(custom: client.CustomObjectsApi, namespace: str, trainjob: str) -> 
         return current if condition(current, "Admitted") == "True" else None
 
     return wait_until(done, what=f"Kueue to admit {trainjob}", timeout=DEADLINE)
+
+
+def secure_get(port: int, path: str, token: str | None) -> tuple[int, bytes, bytes]:
+    """GET 127.0.0.1:`port` over TLS (--metrics-address; its certificate, its own, not
+    verified), with `token` as the bearer: the status, the body, the server's certificate."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+    try:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        connection.request("GET", path, headers=headers)
+        assert isinstance(connection.sock, ssl.SSLSocket)  # the server closes it after answering
+        certificate = connection.sock.getpeercert(binary_form=True)
+        answer = connection.getresponse()
+        return answer.status, answer.read(), certificate or b""
+    finally:
+        connection.close()

@@ -66,7 +66,12 @@ def test_each_overlay_adds_or_leaves_out_only_its_own_choice() -> None:
 
     assert default - identities("policies-guard-only") == MAP_OBJECTS
     monitoring = identities("monitoring") - default
-    assert {kind for kind, _ in monitoring} == {"Service", "ServiceMonitor", "PrometheusRule"}
+    assert {kind for kind, _ in monitoring} == {
+        "Service",
+        "ServiceMonitor",
+        "PrometheusRule",
+        "ClusterRole",  # who may scrape: metrics-reader.yaml
+    }
     argo = identities("argo") - default
     assert argo > ARGO_EXECUTOR
     assert {kind for kind, _ in argo - ARGO_EXECUTOR} == {"WorkflowTemplate"}

@@ -194,11 +194,20 @@ def test_the_service_reaches_the_deployments_metrics_port() -> None:
     assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
     (port,) = service["spec"]["ports"]
     (container_port,) = [p for p in container["ports"] if p["name"] == port["targetPort"]]
-    # The controller serves on --address; its default, 127.0.0.1, no Service can reach.
-    (address,) = [a for a in container["args"] if a.startswith("--address=")]
-    host, _, listened = address.removeprefix("--address=").rpartition(":")
+    # /metrics is served apart, over TLS, on --metrics-address; a loopback one no Service
+    # could reach.
+    (address,) = [a for a in container["args"] if a.startswith("--metrics-address=")]
+    host, _, listened = address.removeprefix("--metrics-address=").rpartition(":")
     assert host == "0.0.0.0"
     assert int(listened) == container_port["containerPort"]
+
+
+def test_the_scrape_is_tls_with_a_token_whose_user_the_reader_role_lets_in() -> None:
+    (endpoint,) = monitoring_object("ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    reader = monitoring_object("ClusterRole")
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
 
 
 def test_the_service_monitor_selects_the_service_and_its_port() -> None:

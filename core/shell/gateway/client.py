@@ -275,6 +275,15 @@ class Gateway:
         what = kind.describe(meta.get("namespace"), meta["name"])
         return with_retries(post, what=what, write=True, attempts=attempts)
 
+    def review(self, kind: Kind, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """POST a review (TokenReview, SubjectAccessReview); the answer is in its status.
+
+        The API server keeps nothing of it, so it is sent again as a read is.
+        """
+        body = {"apiVersion": f"{kind.group}/{kind.version}", "kind": kind.name, "spec": spec}
+        path = kind.path()
+        return with_retries(lambda: self._json("POST", path, body=body), what=kind.name)
+
     def update(
         self,
         kind: Kind,

@@ -72,3 +72,11 @@ EVENT: Final = Kind("Event", "", "v1", "events")
 CONFIG_MAP: Final = Kind("ConfigMap", "", "v1", "configmaps")
 
 RUNTIMES: Final = {kind.name: kind for kind in (TRAINING_RUNTIME, CLUSTER_TRAINING_RUNTIME)}
+# Reviews are created and answered in their status, never kept: the metrics' authentication
+# and authorization (core/rules/access.py).
+TOKEN_REVIEW: Final = Kind(
+    "TokenReview", "authentication.k8s.io", "v1", "tokenreviews", namespaced=False
+)
+SUBJECT_ACCESS_REVIEW: Final = Kind(
+    "SubjectAccessReview", "authorization.k8s.io", "v1", "subjectaccessreviews", namespaced=False
+)

@@ -9,7 +9,7 @@ import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Final, Literal, NoReturn, TypeVar
+from typing import Annotated, Any, ClassVar, Final, Literal, NoReturn, TypeVar, get_args
 
 import yaml
 from pydantic import BeforeValidator, Field, ValidationError, model_validator
@@ -24,6 +24,7 @@ from dispatch_k8s.core.rules.request import (
     StartRequest,
     parse_start_request,
 )
+from dispatch_k8s.core.shell.gateway.client import DryRun
 from dispatch_k8s.core.shell.gateway.kubeconfig import DEFAULT_NAMESPACE, resolve_namespace
 
 
@@ -181,6 +182,31 @@ class StepSettings(ClusterSettings):
     ] = 0.0
 
 
+# DISPATCH_DRY_RUN was a boolean in earlier builds (start's alone): it still means the same.
+_DRY_RUN_BOOLEAN: Final = {"true": "client", "1": "client", "false": "none", "0": "none"}
+
+
+def _dry_run_from_boolean(value: object) -> object:
+    return _DRY_RUN_BOOLEAN.get(value.lower(), value) if isinstance(value, str) else value
+
+
+class WritingSettings(StepSettings):
+    """A step that writes: --dry-run says what becomes of its write."""
+
+    dry_run: Annotated[
+        DryRun,
+        BeforeValidator(_dry_run_from_boolean),
+        doc(
+            "As kubectl's: none writes; client reads and decides, then prints the result and "
+            "the requests it would send (`requests`) and sends none; server sends the write "
+            "with dryRun=All, so admission policies and webhooks answer (a refusal is exit 6) "
+            "and nothing is persisted. --dry-run alone is client. A dry run posts no Event.",
+            metavar="none|client|server",
+            default="none",
+        ),
+    ] = "none"
+
+
 S = TypeVar("S", bound=ClusterSettings)
 
 
@@ -213,15 +239,22 @@ def _short_forms_spelled_long(argv: list[str], fields: set[str]) -> list[str]:
     """Before any `--`, kubectl's short flags spelled long: `-v` and those of `fields`.
 
     `-v` is `--log-level debug`; `-n NS`, `-n=NS` and `-nNS` (as kubectl takes them) are
-    `--namespace NS`.
+    `--namespace NS`. With a `dry_run` field, a bare `--dry-run` is `--dry-run=client`, as
+    kubectl's deprecated form, and `--no-dry-run` (earlier builds' boolean) `--dry-run=none`.
     """
     long_of = {short: flag_name(field) for field, short in SHORT_FLAGS.items() if field in fields}
     end = argv.index("--") if "--" in argv else len(argv)
+    dry_run = "dry_run" in fields
     flags: list[str] = []
-    for word in argv[:end]:
+    for at, word in enumerate(argv[:end]):
         short, rest = word[:2], word[2:]
+        following = argv[at + 1] if at + 1 < end else None
         if word == VERBOSE:
             flags.append("--log-level=debug")
+        elif dry_run and word == "--dry-run" and following not in get_args(DryRun):
+            flags.append("--dry-run=client")
+        elif dry_run and word == "--no-dry-run":
+            flags.append("--dry-run=none")
         elif short in long_of:
             flags.append(f"{long_of[short]}={rest.removeprefix('=')}" if rest else long_of[short])
         else:
@@ -424,7 +457,7 @@ def snake_case(key: str) -> str:
     return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).replace("-", "_").lower()
 
 
-class StartSettings(StepSettings):
+class StartSettings(WritingSettings):
     """`dispatch-start`: the request from a file, env or flags (in rising precedence)."""
 
     verbatim_lists: ClassVar[tuple[str, ...]] = ("command", "args")
@@ -441,20 +474,25 @@ class StartSettings(StepSettings):
     runtime_file: Annotated[
         Path | None,
         doc(
-            "With --dry-run: the (Cluster)TrainingRuntime as a JSON or YAML file, read instead "
-            "of the cluster's; it names the runtime unless the request does.",
+            "With --dry-run=client: the (Cluster)TrainingRuntime as a JSON or YAML file, read "
+            "instead of the cluster's; it names the runtime unless the request does.",
             metavar="FILE",
             default="none",
         ),
     ] = None
     dry_run: Annotated[
-        bool,
+        DryRun,
+        BeforeValidator(_dry_run_from_boolean),
         doc(
-            "Print the TrainJob that would be created and contact no cluster (needs "
-            "--runtime-file); --no-dry-run turns it off.",
-            default="off",
+            "client prints the TrainJob that would be created and contacts no cluster (needs "
+            "--runtime-file); server reads as a real start does and sends each create (the "
+            "ledger's records, the TrainJob) with dryRun=All, so admission policies and "
+            "webhooks answer (a refusal is exit 6) and nothing is persisted; none creates. "
+            "--dry-run alone is client, --no-dry-run none.",
+            metavar="none|client|server",
+            default="none",
         ),
-    ] = False
+    ] = "none"
 
     job_id: Annotated[
         str | None,
@@ -631,14 +669,14 @@ class NamespacedSettings(StepSettings):
     namespace: Annotated[str, NAMESPACE_DOC] = DEFAULT_NAMESPACE
 
 
-class TrainJobSettings(NamespacedSettings):
-    """A step that acts on one TrainJob."""
+class TrainJobSettings(NamespacedSettings, WritingSettings):
+    """A step that writes one TrainJob."""
 
     name: Annotated[str, doc("The TrainJob's name.", metavar="NAME", default="required")]
 
 
-class AuditSettings(NamespacedSettings):
-    """`dispatch-audit`: one TrainJob, or every dispatch-managed one of the namespace."""
+class TargetSettings(NamespacedSettings):
+    """One TrainJob, or every dispatch-managed one of the namespace."""
 
     name: Annotated[
         str | None,
@@ -666,14 +704,18 @@ class AuditSettings(NamespacedSettings):
     ] = None
 
     @model_validator(mode="after")
-    def _one_target(self) -> AuditSettings:
+    def _one_target(self) -> TargetSettings:
         given = [self.name is not None, self.all, self.selector is not None]
         if sum(given) != 1:
             raise ValueError("give exactly one of --name, --all and --selector")
         return self
 
 
-class StatusSettings(AuditSettings):
+class AuditSettings(TargetSettings, WritingSettings):
+    """`dispatch-audit`: audit one TrainJob or a namespace's, each with at most one update."""
+
+
+class StatusSettings(TargetSettings):
     """`dispatch-status`: what one TrainJob, or every dispatch-managed one, is at, read-only."""
 
     name: Annotated[
@@ -729,7 +771,7 @@ class AdmitSettings(TrainJobSettings):
     ] = 300.0
 
 
-class ApproveSettings(NamespacedSettings):
+class ApproveSettings(NamespacedSettings, WritingSettings):
     """`dispatch-approve`: mark the check Ready for the reservation admit raised A for."""
 
     namespace: Annotated[

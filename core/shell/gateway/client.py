@@ -8,13 +8,14 @@ writes only where the server surely did not apply them (429, connection refused)
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 from dispatch_k8s.core.rules import events, shapes
 from dispatch_k8s.core.rules.errors import (
@@ -47,6 +48,9 @@ JSON: Final = "application/json"
 APPLY_PATCH: Final = "application/apply-patch+yaml"
 Query = Iterable[tuple[str, str | int | bool]]
 Timeout = float | tuple[float, float]
+# What a write does, as kubectl's --dry-run: sent; kept back (client); sent with dryRun=All,
+# so admission (policies, webhooks) answers it and nothing is persisted (server).
+DryRun = Literal["none", "client", "server"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +78,8 @@ class Gateway:
     but not its generated API classes: those cost ~0.5 s to build (CoreV1Api's module alone
     is 63k lines), and their models are a round trip the steps do not need. Bodies are read
     as plain JSON.
+
+    Under a `dry_run` every write (not a read) is as `DryRun` says, and no Event is posted.
     """
 
     def __init__(
@@ -83,11 +89,14 @@ class Gateway:
         fence: Callable[[], None] | None = None,
         limit: TokenBucket | None = None,
         deadline: Deadline | None = None,
+        dry_run: DryRun = "none",
     ) -> None:
         self._api = api
         self._fence = fence
         self._limit = limit
         self._deadline = deadline
+        self._dry_run = dry_run
+        self._unsent: list[dict[str, Any]] = []
 
     def fenced(self, fence: Callable[[], None], *, limit: TokenBucket | None = None) -> Gateway:
         """The same connection, `fence` called before each write, `limit` taken before each request.
@@ -96,11 +105,18 @@ class Gateway:
         lapsed. The Lease's own requests go through a connection without either: no burst of
         work may delay a renewal.
         """
-        return type(self)(self._api, fence=fence, limit=limit, deadline=self._deadline)
+        return type(self)(
+            self._api, fence=fence, limit=limit, deadline=self._deadline, dry_run=self._dry_run
+        )
 
     @classmethod
     def connect(
-        cls, *, kubeconfig: Path | None, context: str | None, request_timeout: float = 0
+        cls,
+        *,
+        kubeconfig: Path | None,
+        context: str | None,
+        request_timeout: float = 0,
+        dry_run: DryRun = "none",
     ) -> Gateway:
         """In-cluster config inside a pod, else the kubeconfig (docs/design.md §3).
 
@@ -114,7 +130,7 @@ class Gateway:
         # as idempotent) and multiply every timeout by four: with_retries is the only retry layer.
         configuration.retries = urllib3.util.Retry(total=0, connect=0, read=0, redirect=0, status=0)
         deadline = Deadline(request_timeout) if request_timeout > 0 else None
-        return cls(ApiClient(configuration), deadline=deadline)
+        return cls(ApiClient(configuration), deadline=deadline, dry_run=dry_run)
 
     # One request
 
@@ -140,6 +156,8 @@ class Gateway:
             self._limit.take()
         if self._fence is not None and method != "GET":
             self._fence()  # as late as can be, after any wait: nothing is sent once it refuses
+        if self._dry_run == "server" and method != "GET":
+            query = [*query, ("dryRun", "All")]
         headers = {"Accept": JSON}
         if body is not None:
             headers["Content-Type"] = content_type
@@ -174,9 +192,25 @@ class Gateway:
             self._deadline.left(waiting)
 
     def _json(self, method: str, path: str, **options: Any) -> dict[str, Any]:
+        if self._dry_run == "client" and method != "GET":
+            return self._keep_back(method, path, options.get("body"))
         response = self._send(method, path, **options)
         data: bytes = response.read()  # type: ignore[no-untyped-call]
         return as_object(json.loads(data))
+
+    def _keep_back(self, method: str, path: str, body: Any) -> dict[str, Any]:
+        """--dry-run=client: the write is kept, not sent; it answers with its own body.
+
+        As the server would answer an update with nothing else changed: the step carries on
+        and reports the resourceVersion it read, the precondition the write would be sent on.
+        """
+        self._unsent.append({"method": method, "path": path, "body": body})
+        return as_object(copy.deepcopy(body))
+
+    def take_unsent(self) -> list[dict[str, Any]]:
+        """The writes --dry-run=client kept back since it was last asked, in order."""
+        taken, self._unsent = self._unsent, []
+        return taken
 
     def _text(self, method: str, path: str, **options: Any) -> str:
         response = self._send(method, path, **options)
@@ -490,6 +524,8 @@ class Gateway:
         import urllib3
         from loguru import logger
 
+        if self._dry_run != "none":  # nothing was done: there is nothing to tell
+            return False
         event = events.build_event(
             subject,
             event_type=event_type,

@@ -7,14 +7,22 @@ import json
 import re
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Final, Literal, NoReturn, TypeVar, get_args
 
 import yaml
+from loguru import logger
 from pydantic import BeforeValidator, Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, CliSettingsSource, SettingsConfigDict, SettingsError
+from pydantic_settings import (
+    BaseSettings,
+    CliSettingsSource,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from dispatch_k8s.core.rules import errors
 from dispatch_k8s.core.rules.errors import BadInput
@@ -51,6 +59,11 @@ class _PrintAndExit(argparse.Action):
 
 DISTRIBUTION: Final = "dispatch-k8s"
 ENV_PREFIX: Final = "DISPATCH_"
+# Fields whose env variable is not DISPATCH_<FIELD>, and the release from which DISPATCH_<FIELD>,
+# read with a warning while the new name is unset, is no longer read (docs/cli.md: The start
+# request). DISPATCH_ATTEMPT is what every training pod sees (core/rules/prologue.py): a start
+# run in one would take the pod's for its own --attempt.
+ENV_NAMES: Final = {"attempt": ("DISPATCH_START_ATTEMPT", "0.3.0")}
 HELP_WIDTH: Final = 92
 
 
@@ -97,6 +110,28 @@ NAMESPACE_DEFAULT: Final = (
 )
 
 
+class _Environment(EnvSettingsSource):
+    """The env as `env_name` names each field, and DISPATCH_<FIELD> while that name is unset."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        env = dict(super()._load_env_vars())  # names lower-cased: the settings ignore case
+        for field, (name, until) in ENV_NAMES.items():
+            if field not in self.settings_cls.model_fields:
+                continue
+            former = f"{ENV_PREFIX}{field.upper()}"
+            given = env.pop(former.lower(), None)  # where the source looks the field up
+            value = env.get(name.lower())
+            if value is None and given is not None:
+                logger.warning(
+                    f"{former} is deprecated as {flag_name(field)}'s env variable (a training "
+                    f"pod sees one of its own) and is not read from {until} on: set {name}"
+                )
+                value = given
+            if value is not None:
+                env[former.lower()] = value
+        return env
+
+
 class ClusterSettings(BaseSettings):
     """What every command takes: where the cluster is."""
 
@@ -139,6 +174,18 @@ class ClusterSettings(BaseSettings):
             default="info",
         ),
     ] = "info"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The env read by `env_name` (_Environment), the other sources as pydantic-settings'."""
+        return init_settings, _Environment(settings_cls), dotenv_settings, file_secret_settings
 
     def default_namespace(self) -> str:
         """The namespace when none is given, as kubectl resolves it (NAMESPACE_DEFAULT)."""
@@ -307,8 +354,8 @@ def version_text(prog: str) -> str:
 
 
 def env_name(field: str) -> str:
-    """The environment variable that sets a field: DISPATCH_<FIELD>."""
-    return f"{ENV_PREFIX}{field.upper()}"
+    """The environment variable that sets a field: DISPATCH_<FIELD>, unless ENV_NAMES says."""
+    return ENV_NAMES[field][0] if field in ENV_NAMES else f"{ENV_PREFIX}{field.upper()}"
 
 
 def flag_name(field: str) -> str:

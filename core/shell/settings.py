@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import textwrap
@@ -309,6 +310,30 @@ def _short_forms_spelled_long(argv: list[str], fields: set[str]) -> list[str]:
     return flags + argv[end:]
 
 
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_utf8(cls: type[ClusterSettings], argv: list[str], *, prog: str) -> None:
+    """BadInput for a flag word, or a variable `cls` reads, that is not UTF-8.
+
+    Python hands such bytes over as lone surrogates, which pass every check of a str and then
+    fail where the value is printed or sent: refused here, named (escaped) in one line.
+    """
+    for word in argv:
+        if not _is_utf8(word):
+            raise BadInput(f"{prog}: argument {word!r} is not UTF-8")
+    read = {env_name(field) for field in cls.model_fields}
+    read |= {f"{ENV_PREFIX}{field.upper()}" for field in ENV_NAMES if field in cls.model_fields}
+    for name, value in os.environ.items():
+        if name.upper() in read and not _is_utf8(value):  # the settings ignore the name's case
+            raise BadInput(f"{prog}: env {name} {value!r} is not UTF-8")
+
+
 def load_settings(
     cls: type[S], *, prog: str, argv: list[str], about: str = "", example: str = ""
 ) -> S:
@@ -317,6 +342,7 @@ def load_settings(
     `--help` prints `render_help` (with `about` and `example`) and `--version` the
     distribution's version, each exiting 0.
     """
+    _check_utf8(cls, argv, prog=prog)
     # The verbatim words first: `--args -n` is a word of the job's, not a short flag.
     argv, verbatim = take_verbatim(argv, cls.verbatim_lists, prog=prog)
     argv = _short_forms_spelled_long(argv, set(cls.model_fields))
@@ -484,11 +510,15 @@ def render_help(cls: type[ClusterSettings], *, prog: str, about: str, example: s
 
 
 def read_document(path: Path, *, what: str) -> dict[str, Any]:
-    """Read one JSON or YAML mapping from `path`."""
+    """Read one JSON or YAML mapping, in UTF-8, from `path`."""
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as e:
         raise BadInput(f"cannot read {what} {path}: {e.strerror}") from e
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as e:  # not the locale's: a file made elsewhere reads the same
+        raise BadInput(f"{what} {path} is not UTF-8: {e.reason} at byte {e.start}") from e
     try:
         document = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as e:

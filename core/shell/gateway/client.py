@@ -28,7 +28,13 @@ from dispatch_k8s.core.rules.errors import (
 )
 from dispatch_k8s.core.shell import clock
 from dispatch_k8s.core.shell.gateway import kinds
-from dispatch_k8s.core.shell.gateway.api_errors import ATTEMPTS, ApiError, error_for, with_retries
+from dispatch_k8s.core.shell.gateway.api_errors import (
+    ATTEMPTS,
+    ApiError,
+    error_for,
+    unreadable,
+    with_retries,
+)
 from dispatch_k8s.core.shell.gateway.bodies import as_object, iter_list_items, watch_events
 from dispatch_k8s.core.shell.gateway.kinds import Kind
 from dispatch_k8s.core.shell.gateway.kubeconfig import load as load_configuration
@@ -194,9 +200,11 @@ class Gateway:
     def _json(self, method: str, path: str, **options: Any) -> dict[str, Any]:
         if self._dry_run == "client" and method != "GET":
             return self._keep_back(method, path, options.get("body"))
-        response = self._send(method, path, **options)
-        data: bytes = response.read()  # type: ignore[no-untyped-call]
-        return as_object(json.loads(data))
+        text = self._text(method, path, **options)
+        try:
+            return as_object(json.loads(text))
+        except (ValueError, TypeError) as e:
+            raise unreadable(e) from e
 
     def _keep_back(self, method: str, path: str, body: Any) -> dict[str, Any]:
         """--dry-run=client: the write is kept, not sent; it answers with its own body.
@@ -215,7 +223,10 @@ class Gateway:
     def _text(self, method: str, path: str, **options: Any) -> str:
         response = self._send(method, path, **options)
         data: bytes = response.read()  # type: ignore[no-untyped-call]
-        return data.decode("utf-8")
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise unreadable(e) from e
 
     # Generic verbs: every path is built from the kinds table
 
@@ -280,7 +291,10 @@ class Gateway:
                 query.append(("continue", token))
             text = with_retries(functools.partial(self._text, "GET", path, query=query), what=what)
             rest.clear()
-            yield from (as_object(item) for item in iter_list_items(text, rest))
+            try:
+                yield from (as_object(item) for item in iter_list_items(text, rest))
+            except (ValueError, TypeError) as e:  # read as it is passed on: too late to retry
+                raise Transient(f"{what}: {unreadable(e)}") from e
             del text
             token = shapes.mapping(rest.get("metadata")).get("continue")
             if not token:

@@ -20,7 +20,9 @@ from typing import Any, Final
 import pytest
 import yaml
 
+from dispatch_k8s.core.rules import wire, workload
 from dispatch_k8s.core.rules.errors import BadInput
+from dispatch_k8s.core.rules.workload import reservation_record
 from dispatch_k8s.core.shell.gateway import Gateway, client, kinds
 from dispatch_k8s.core.shell.settings import (
     AdmitSettings,
@@ -32,8 +34,10 @@ from dispatch_k8s.core.shell.settings import (
     WritingSettings,
     load_settings,
 )
-from dispatch_k8s.steps import hold, start, unsuspend
+from dispatch_k8s.steps import approve, audit, hold, start, unsuspend
 from tests.support.requests import request_flags
+from tests.unit.audit_factories import NAME, UID, jobset_dict, trainjob_dict
+from tests.unit.test_workload import raised_trainjob, workload_dict
 
 REPO: Final = Path(__file__).resolve().parents[2]
 GOLDEN: Final = REPO / "tests" / "golden"
@@ -362,3 +366,62 @@ def test_hold_client_prints_the_hold_and_sends_nothing(
     [request] = result["requests"]
     assert (request["method"], request["body"]["spec"]["suspend"]) == ("PUT", True)
     assert (result["changed"], result["dryRun"]) == (True, "client")
+
+
+@pytest.mark.parametrize("mode", ["client", "server"])
+def test_approve_dry_runs_its_one_status_apply(
+    connect_to: Callable[[Cluster], None], capsys: pytest.CaptureFixture[str], mode: str
+) -> None:
+    current = workload_dict()
+    name = current["metadata"]["name"]
+    cluster = Cluster(
+        {
+            kinds.WORKLOAD.path(NAMESPACE, name): current,
+            kinds.TRAINJOB.path(NAMESPACE, "train-1"): raised_trainjob(reservation_record(current)),
+        }
+    )
+    connect_to(cluster)
+    flags = [f"--namespace={NAMESPACE}", f"--workload={name}", "--admission=2"]
+    flags += ["--workload-resource-version=900", f"--dry-run={mode}"]
+    code, [result] = run_main(approve.main, flags, capsys)
+    assert (code, result["dryRun"], result["resourceVersion"]) == (0, mode, "900")
+    writes = cluster.writes()
+    if mode == "server":
+        [apply] = writes
+        assert apply.method == "PATCH"
+        assert {DRY_RUN_ALL, ("fieldManager", workload.CHECK_MANAGER)} <= set(apply.query)
+        assert "requests" not in result
+    else:
+        assert writes == []
+        [request] = result["requests"]
+        assert request["path"] == kinds.WORKLOAD.path(NAMESPACE, name, subresource="status")
+        assert request["body"]["status"]["admissionChecks"][0]["state"] == "Ready"
+
+
+EMPTY_LIST: Final = {"metadata": {"resourceVersion": "1"}, "items": []}
+
+
+@pytest.mark.parametrize("mode", ["client", "server"])
+def test_audit_dry_runs_its_one_update(
+    connect_to: Callable[[Cluster], None], capsys: pytest.CaptureFixture[str], mode: str
+) -> None:
+    job = trainjob_dict()  # held, its JobSet's UID not yet recorded: the audit records it
+    job["spec"]["suspend"] = True
+    cluster = Cluster(
+        {
+            kinds.TRAINJOB.path(NAMESPACE, NAME): job,
+            kinds.JOBSET.path(NAMESPACE, NAME): jobset_dict(),
+            kinds.JOB.path(NAMESPACE): EMPTY_LIST,
+            kinds.POD.path(NAMESPACE): EMPTY_LIST,
+        }
+    )
+    connect_to(cluster)
+    flags = [f"--namespace={NAMESPACE}", f"--name={NAME}", f"--dry-run={mode}"]
+    code, [result] = run_main(audit.main, flags, capsys)
+    assert (code, result["recorded"], result["dryRun"]) == (0, True, mode)
+    writes = [(w.method, DRY_RUN_ALL in w.query) for w in cluster.writes()]
+    assert writes == ([("PUT", True)] if mode == "server" else [])
+    if mode == "client":
+        [request] = result["requests"]
+        annotations = request["body"]["metadata"]["annotations"]
+        assert annotations[wire.JOBSET_UID_ANNOTATION] == UID

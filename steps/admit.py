@@ -119,6 +119,7 @@ def run(settings: AdmitSettings) -> output.Result:
         "workloadResourceVersion": found.resource_version,
         "reservedAt": found.reserved_at,
         "finished": False,
+        **output.unsent(gateway),
     }
 
 

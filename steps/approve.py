@@ -42,6 +42,7 @@ def run(settings: ApproveSettings) -> output.Result:
     return {
         "workload": settings.workload,
         "resourceVersion": written["metadata"]["resourceVersion"],
+        **output.unsent(gateway),
     }
 
 

@@ -17,14 +17,14 @@ def run(settings: AuditSettings) -> output.Result | output.Report:
         outcome = audit_trainjob(gateway, settings.namespace, settings.name, step="audit")
         if outcome.findings:
             raise Foreign(f"flagged foreign: {outcome.cause}")
-        return _line(outcome)
+        return {**_line(outcome), **output.unsent(gateway)}
     selector = settings.selector or f"{wire.MANAGED_BY_LABEL}={wire.MANAGED_BY}"
     lines: list[output.Result] = []
     flagged: list[str] = []
     failed: list[DispatchError] = []
     for audited in audit_namespace(gateway, settings.namespace, selector=selector, step="audit"):
         if isinstance(audited, AuditOutcome):
-            lines.append({"name": audited.name, **_line(audited)})
+            lines.append({"name": audited.name, **_line(audited), **output.unsent(gateway)})
             if audited.findings:
                 flagged.append(audited.name)
         else:

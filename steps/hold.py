@@ -30,6 +30,7 @@ def run(settings: TrainJobSettings) -> output.Result:
         "held": True,
         "changed": True,
         "resourceVersion": written["metadata"]["resourceVersion"],
+        **output.unsent(gateway),
     }
 
 

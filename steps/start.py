@@ -21,7 +21,10 @@ ROUNDS: Final = 4
 
 def _runtime_from_file(settings: StartSettings) -> tuple[StartRequest, dict[str, Any]]:
     if settings.runtime_file is None:
-        raise BadInput("--dry-run needs --runtime-file: a dry run contacts no cluster")
+        raise BadInput(
+            "--dry-run=client needs --runtime-file: a client dry run contacts no cluster "
+            "(--dry-run=server reads the cluster's runtime)"
+        )
     document = read_document(settings.runtime_file, what="runtime file")
     meta = document.get("metadata") or {}
     # The file names the runtime unless the request does; a mismatch is a mistake.
@@ -108,8 +111,13 @@ def _create(gateway: Gateway, wanted: Mapping[str, Any]) -> tuple[Mapping[str, A
 
 
 def run(settings: StartSettings) -> output.Result:
-    """Read the runtime, decide, claim the identity, create the TrainJob once, report."""
-    if settings.dry_run:
+    """Read the runtime, decide, claim the identity, create the TrainJob once, report.
+
+    With --dry-run=server each create is sent with dryRun=All (output.connect): the creates
+    that follow are decided on the objects the dry runs answered, as they would be on those
+    created, so every one of them is put to admission and none is persisted.
+    """
+    if settings.dry_run == "client":
         request, runtime_object = _runtime_from_file(settings)
         _check_queued(request, runtime_object)
         return trainjob.build_trainjob(request, trainer_job=_trainer_job(request, runtime_object))
@@ -128,7 +136,8 @@ def run(settings: StartSettings) -> output.Result:
         "name": meta["name"],
         "namespace": meta["namespace"],
         "uid": meta["uid"],
-        "resourceVersion": meta["resourceVersion"],
+        # A dry-run create is answered without one: nothing was stored.
+        "resourceVersion": meta.get("resourceVersion", ""),
         "outcome": outcome,
         "epochPrefix": str(request.identity.epoch_prefix),
         "tokenPrefix": request.identity.token_prefix,
@@ -147,8 +156,8 @@ dispatch-start --namespace team-a --runtime-name dispatch-torch-distributed --jo
 
 
 def acted_on(settings: StartSettings, result: output.Result) -> str:
-    """`-o name`: the TrainJob made or found (a dry run's result is the TrainJob itself)."""
-    name = result["metadata"]["name"] if settings.dry_run else result["name"]
+    """`-o name`: the TrainJob made or found (a client dry run's result is the TrainJob)."""
+    name = result["metadata"]["name"] if settings.dry_run == "client" else result["name"]
     return kinds.TRAINJOB.kubectl_name(name)
 
 

@@ -41,6 +41,7 @@ def run(settings: TrainJobSettings) -> output.Result:
     return {
         "admission": decision.admission,
         "resourceVersion": written["metadata"]["resourceVersion"],
+        **output.unsent(gateway),
     }
 
 

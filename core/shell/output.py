@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, NoReturn, TypeVar
 
@@ -14,11 +14,13 @@ from loguru import logger
 
 from dispatch_k8s.core.rules.errors import BadInput, DispatchError
 from dispatch_k8s.core.shell.gateway import Gateway, kinds
+from dispatch_k8s.core.shell.gateway.client import DryRun
 from dispatch_k8s.core.shell.settings import (
     LogLevel,
     OutputFormat,
     StepSettings,
     TrainJobSettings,
+    WritingSettings,
     load_settings,
 )
 
@@ -26,7 +28,7 @@ Result = Mapping[str, Any]
 S = TypeVar("S", bound=StepSettings)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Report:
     """A step's outcome over many objects: a result line each, then how the whole run ends.
 
@@ -61,12 +63,15 @@ def _terminal_sink(message: Any) -> None:
     sys.stderr.write(f"{when} {record['level'].name:<7} {record['message']}{fields}\n")
 
 
-def configure_logging(step: str, *, level: LogLevel = "info") -> None:
-    """JSON lines on stderr for machines, one plain line each on a terminal; `level` and up."""
+def configure_logging(step: str, *, level: LogLevel = "info", dry_run: DryRun = "none") -> None:
+    """JSON lines on stderr for machines, one plain line each on a terminal; `level` and up.
+
+    Under a dry run every line says so: "raised admission" tells what would have been done.
+    """
     logger.remove()
     sink = _terminal_sink if sys.stderr.isatty() else _json_sink
     logger.add(sink, level=level.upper())
-    logger.configure(extra={"step": step})
+    logger.configure(extra={"step": step, **({"dryRun": dry_run} if dry_run != "none" else {})})
 
 
 def field_text(value: Any) -> str:
@@ -103,13 +108,25 @@ def render(lines: Sequence[Result], form: OutputFormat, name: Callable[[Result],
     return "".join(f"{json.dumps(line, sort_keys=True)}\n" for line in lines)
 
 
+def dry_run_of(settings: StepSettings) -> DryRun:
+    """What the step's --dry-run says (a step that never writes has none)."""
+    return settings.dry_run if isinstance(settings, WritingSettings) else "none"
+
+
 def connect(settings: StepSettings) -> Gateway:
     """The step's connection to its cluster; its --request-timeout runs from here."""
     return Gateway.connect(
         kubeconfig=settings.kubeconfig,
         context=settings.context,
         request_timeout=settings.request_timeout,
+        dry_run=dry_run_of(settings),
     )
+
+
+def unsent(gateway: Gateway) -> Result:
+    """--dry-run=client: the writes the step would have sent, as the result's `requests`."""
+    requests = gateway.take_unsent()
+    return {"requests": requests} if requests else {}
 
 
 def the_trainjob(settings: TrainJobSettings, _: Result) -> str:
@@ -143,6 +160,15 @@ def _record_termination(reason: str) -> None:
             logger.warning("cannot write the termination log")
 
 
+def _marked(result: Result, dry_run: DryRun) -> Result:
+    """A dry run's result says so, lest it be taken for a write's.
+
+    Not an object printed whole (start's client dry run prints its TrainJob, as kubectl's
+    `--dry-run=client -o json`): it stays an object that can be applied.
+    """
+    return result if "apiVersion" in result else {**result, "dryRun": dry_run}
+
+
 def entrypoint(
     run: Callable[[S], Result | Report],
     settings_cls: type[S],
@@ -166,13 +192,20 @@ def entrypoint(
             about=about,
             example=example,
         )
-        configure_logging(step, level=settings.log_level)
+        dry_run = dry_run_of(settings)
+        configure_logging(step, level=settings.log_level, dry_run=dry_run)
         if settings.outputs_dir is not None:
             prepare_outputs_dir(settings.outputs_dir)
         outcome = run(settings)
         report = (
             outcome if isinstance(outcome, Report) else Report(lines=[outcome], summary=outcome)
         )
+        if dry_run != "none":
+            report = dataclasses.replace(
+                report,
+                lines=[_marked(line, dry_run) for line in report.lines],
+                summary=_marked(report.summary, dry_run),
+            )
         if settings.outputs_dir is not None:
             write_outputs(report.summary, settings.outputs_dir)
         sys.stdout.write(

@@ -4,17 +4,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Final, Literal, NoReturn, TypeVar
+from typing import Annotated, Any, ClassVar, Final, Literal, NoReturn, TypeVar, get_args
 
 import yaml
+from loguru import logger
 from pydantic import BeforeValidator, Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, CliSettingsSource, SettingsConfigDict, SettingsError
+from pydantic_settings import (
+    BaseSettings,
+    CliSettingsSource,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from dispatch_k8s.core.rules import errors
 from dispatch_k8s.core.rules.errors import BadInput
@@ -24,6 +33,7 @@ from dispatch_k8s.core.rules.request import (
     StartRequest,
     parse_start_request,
 )
+from dispatch_k8s.core.shell.gateway.client import DryRun
 from dispatch_k8s.core.shell.gateway.kubeconfig import DEFAULT_NAMESPACE, resolve_namespace
 
 
@@ -50,6 +60,11 @@ class _PrintAndExit(argparse.Action):
 
 DISTRIBUTION: Final = "dispatch-k8s"
 ENV_PREFIX: Final = "DISPATCH_"
+# Fields whose env variable is not DISPATCH_<FIELD>, and the release from which DISPATCH_<FIELD>,
+# read with a warning while the new name is unset, is no longer read (docs/cli.md: The start
+# request). DISPATCH_ATTEMPT is what every training pod sees (core/rules/prologue.py): a start
+# run in one would take the pod's for its own --attempt.
+ENV_NAMES: Final = {"attempt": ("DISPATCH_START_ATTEMPT", "0.3.0")}
 HELP_WIDTH: Final = 92
 
 
@@ -96,6 +111,28 @@ NAMESPACE_DEFAULT: Final = (
 )
 
 
+class _Environment(EnvSettingsSource):
+    """The env as `env_name` names each field, and DISPATCH_<FIELD> while that name is unset."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        env = dict(super()._load_env_vars())  # names lower-cased: the settings ignore case
+        for field, (name, until) in ENV_NAMES.items():
+            if field not in self.settings_cls.model_fields:
+                continue
+            former = f"{ENV_PREFIX}{field.upper()}"
+            given = env.pop(former.lower(), None)  # where the source looks the field up
+            value = env.get(name.lower())
+            if value is None and given is not None:
+                logger.warning(
+                    f"{former} is deprecated as {flag_name(field)}'s env variable (a training "
+                    f"pod sees one of its own) and is not read from {until} on: set {name}"
+                )
+                value = given
+            if value is not None:
+                env[former.lower()] = value
+        return env
+
+
 class ClusterSettings(BaseSettings):
     """What every command takes: where the cluster is."""
 
@@ -139,6 +176,18 @@ class ClusterSettings(BaseSettings):
         ),
     ] = "info"
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The env read by `env_name` (_Environment), the other sources as pydantic-settings'."""
+        return init_settings, _Environment(settings_cls), dotenv_settings, file_secret_settings
+
     def default_namespace(self) -> str:
         """The namespace when none is given, as kubectl resolves it (NAMESPACE_DEFAULT)."""
         return resolve_namespace(kubeconfig=self.kubeconfig, context=self.context)
@@ -181,6 +230,31 @@ class StepSettings(ClusterSettings):
     ] = 0.0
 
 
+# DISPATCH_DRY_RUN was a boolean in earlier builds (start's alone): it still means the same.
+_DRY_RUN_BOOLEAN: Final = {"true": "client", "1": "client", "false": "none", "0": "none"}
+
+
+def _dry_run_from_boolean(value: object) -> object:
+    return _DRY_RUN_BOOLEAN.get(value.lower(), value) if isinstance(value, str) else value
+
+
+class WritingSettings(StepSettings):
+    """A step that writes: --dry-run says what becomes of its write."""
+
+    dry_run: Annotated[
+        DryRun,
+        BeforeValidator(_dry_run_from_boolean),
+        doc(
+            "As kubectl's: none writes; client reads and decides, then prints the result and "
+            "the requests it would send (`requests`) and sends none; server sends the write "
+            "with dryRun=All, so admission policies and webhooks answer (a refusal is exit 6) "
+            "and nothing is persisted. --dry-run alone is client. A dry run posts no Event.",
+            metavar="none|client|server",
+            default="none",
+        ),
+    ] = "none"
+
+
 S = TypeVar("S", bound=ClusterSettings)
 
 
@@ -213,20 +287,51 @@ def _short_forms_spelled_long(argv: list[str], fields: set[str]) -> list[str]:
     """Before any `--`, kubectl's short flags spelled long: `-v` and those of `fields`.
 
     `-v` is `--log-level debug`; `-n NS`, `-n=NS` and `-nNS` (as kubectl takes them) are
-    `--namespace NS`.
+    `--namespace NS`. With a `dry_run` field, a bare `--dry-run` is `--dry-run=client`, as
+    kubectl's deprecated form, and `--no-dry-run` (earlier builds' boolean) `--dry-run=none`.
     """
     long_of = {short: flag_name(field) for field, short in SHORT_FLAGS.items() if field in fields}
     end = argv.index("--") if "--" in argv else len(argv)
+    dry_run = "dry_run" in fields
     flags: list[str] = []
-    for word in argv[:end]:
+    for at, word in enumerate(argv[:end]):
         short, rest = word[:2], word[2:]
+        following = argv[at + 1] if at + 1 < end else None
         if word == VERBOSE:
             flags.append("--log-level=debug")
+        elif dry_run and word == "--dry-run" and following not in get_args(DryRun):
+            flags.append("--dry-run=client")
+        elif dry_run and word == "--no-dry-run":
+            flags.append("--dry-run=none")
         elif short in long_of:
             flags.append(f"{long_of[short]}={rest.removeprefix('=')}" if rest else long_of[short])
         else:
             flags.append(word)
     return flags + argv[end:]
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_utf8(cls: type[ClusterSettings], argv: list[str], *, prog: str) -> None:
+    """BadInput for a flag word, or a variable `cls` reads, that is not UTF-8.
+
+    Python hands such bytes over as lone surrogates, which pass every check of a str and then
+    fail where the value is printed or sent: refused here, named (escaped) in one line.
+    """
+    for word in argv:
+        if not _is_utf8(word):
+            raise BadInput(f"{prog}: argument {word!r} is not UTF-8")
+    read = {env_name(field) for field in cls.model_fields}
+    read |= {f"{ENV_PREFIX}{field.upper()}" for field in ENV_NAMES if field in cls.model_fields}
+    for name, value in os.environ.items():
+        if name.upper() in read and not _is_utf8(value):  # the settings ignore the name's case
+            raise BadInput(f"{prog}: env {name} {value!r} is not UTF-8")
 
 
 def load_settings(
@@ -237,6 +342,7 @@ def load_settings(
     `--help` prints `render_help` (with `about` and `example`) and `--version` the
     distribution's version, each exiting 0.
     """
+    _check_utf8(cls, argv, prog=prog)
     # The verbatim words first: `--args -n` is a word of the job's, not a short flag.
     argv, verbatim = take_verbatim(argv, cls.verbatim_lists, prog=prog)
     argv = _short_forms_spelled_long(argv, set(cls.model_fields))
@@ -274,8 +380,8 @@ def version_text(prog: str) -> str:
 
 
 def env_name(field: str) -> str:
-    """The environment variable that sets a field: DISPATCH_<FIELD>."""
-    return f"{ENV_PREFIX}{field.upper()}"
+    """The environment variable that sets a field: DISPATCH_<FIELD>, unless ENV_NAMES says."""
+    return ENV_NAMES[field][0] if field in ENV_NAMES else f"{ENV_PREFIX}{field.upper()}"
 
 
 def flag_name(field: str) -> str:
@@ -404,11 +510,15 @@ def render_help(cls: type[ClusterSettings], *, prog: str, about: str, example: s
 
 
 def read_document(path: Path, *, what: str) -> dict[str, Any]:
-    """Read one JSON or YAML mapping from `path`."""
+    """Read one JSON or YAML mapping, in UTF-8, from `path`."""
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as e:
         raise BadInput(f"cannot read {what} {path}: {e.strerror}") from e
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as e:  # not the locale's: a file made elsewhere reads the same
+        raise BadInput(f"{what} {path} is not UTF-8: {e.reason} at byte {e.start}") from e
     try:
         document = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as e:
@@ -424,7 +534,7 @@ def snake_case(key: str) -> str:
     return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).replace("-", "_").lower()
 
 
-class StartSettings(StepSettings):
+class StartSettings(WritingSettings):
     """`dispatch-start`: the request from a file, env or flags (in rising precedence)."""
 
     verbatim_lists: ClassVar[tuple[str, ...]] = ("command", "args")
@@ -441,20 +551,25 @@ class StartSettings(StepSettings):
     runtime_file: Annotated[
         Path | None,
         doc(
-            "With --dry-run: the (Cluster)TrainingRuntime as a JSON or YAML file, read instead "
-            "of the cluster's; it names the runtime unless the request does.",
+            "With --dry-run=client: the (Cluster)TrainingRuntime as a JSON or YAML file, read "
+            "instead of the cluster's; it names the runtime unless the request does.",
             metavar="FILE",
             default="none",
         ),
     ] = None
     dry_run: Annotated[
-        bool,
+        DryRun,
+        BeforeValidator(_dry_run_from_boolean),
         doc(
-            "Print the TrainJob that would be created and contact no cluster (needs "
-            "--runtime-file); --no-dry-run turns it off.",
-            default="off",
+            "client prints the TrainJob that would be created and contacts no cluster (needs "
+            "--runtime-file); server reads as a real start does and sends each create (the "
+            "ledger's records, the TrainJob) with dryRun=All, so admission policies and "
+            "webhooks answer (a refusal is exit 6) and nothing is persisted; none creates. "
+            "--dry-run alone is client, --no-dry-run none.",
+            metavar="none|client|server",
+            default="none",
         ),
-    ] = False
+    ] = "none"
 
     job_id: Annotated[
         str | None,
@@ -631,14 +746,14 @@ class NamespacedSettings(StepSettings):
     namespace: Annotated[str, NAMESPACE_DOC] = DEFAULT_NAMESPACE
 
 
-class TrainJobSettings(NamespacedSettings):
-    """A step that acts on one TrainJob."""
+class TrainJobSettings(NamespacedSettings, WritingSettings):
+    """A step that writes one TrainJob."""
 
     name: Annotated[str, doc("The TrainJob's name.", metavar="NAME", default="required")]
 
 
-class AuditSettings(NamespacedSettings):
-    """`dispatch-audit`: one TrainJob, or every dispatch-managed one of the namespace."""
+class TargetSettings(NamespacedSettings):
+    """One TrainJob, or every dispatch-managed one of the namespace."""
 
     name: Annotated[
         str | None,
@@ -666,14 +781,18 @@ class AuditSettings(NamespacedSettings):
     ] = None
 
     @model_validator(mode="after")
-    def _one_target(self) -> AuditSettings:
+    def _one_target(self) -> TargetSettings:
         given = [self.name is not None, self.all, self.selector is not None]
         if sum(given) != 1:
             raise ValueError("give exactly one of --name, --all and --selector")
         return self
 
 
-class StatusSettings(AuditSettings):
+class AuditSettings(TargetSettings, WritingSettings):
+    """`dispatch-audit`: audit one TrainJob or a namespace's, each with at most one update."""
+
+
+class StatusSettings(TargetSettings):
     """`dispatch-status`: what one TrainJob, or every dispatch-managed one, is at, read-only."""
 
     name: Annotated[
@@ -729,7 +848,7 @@ class AdmitSettings(TrainJobSettings):
     ] = 300.0
 
 
-class ApproveSettings(NamespacedSettings):
+class ApproveSettings(NamespacedSettings, WritingSettings):
     """`dispatch-approve`: mark the check Ready for the reservation admit raised A for."""
 
     namespace: Annotated[

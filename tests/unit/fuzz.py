@@ -38,3 +38,33 @@ def with_value(document: dict[str, Any], keys: list[str | int], value: Any) -> d
         parent = parent[key]
     parent[keys[-1]] = value
     return changed
+
+
+@st.composite
+def cut_in_a_character(draw: st.DrawFn, before: st.SearchStrategy[bytes]) -> bytes:
+    """Valid UTF-8 (`before`, then one more character) cut inside that last character."""
+    char = draw(st.characters(min_codepoint=0x80, exclude_categories=["Cs"]))
+    encoded = char.encode()
+    return draw(before) + encoded[: draw(st.integers(1, len(encoded) - 1))]
+
+
+def cut_anywhere(whole: bytes) -> st.SearchStrategy[bytes]:
+    """`whole` cut at any byte, inside a character too."""
+    return st.integers(0, len(whole)).map(lambda at: whole[:at])
+
+
+# Any bytes: arbitrary, or UTF-8 text cut mid-character.
+BYTES = st.binary(max_size=48) | cut_in_a_character(st.text(max_size=12).map(str.encode))
+
+
+def as_os_string(data: bytes) -> str:
+    """The bytes as Python gives them in sys.argv and os.environ (surrogateescape)."""
+    return data.decode("utf-8", "surrogateescape")
+
+
+def is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

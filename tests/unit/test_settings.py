@@ -3,14 +3,18 @@ kubectl resolves it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 import pytest
 import yaml
+from loguru import logger
 
+from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.rules.errors import BadInput
+from dispatch_k8s.core.shell import settings as settings_module
 from dispatch_k8s.core.shell.gateway import kubeconfig
 from dispatch_k8s.core.shell.settings import (
     AdmitSettings,
@@ -21,6 +25,7 @@ from dispatch_k8s.core.shell.settings import (
     NamespacedSettings,
     StartSettings,
     TrainJobSettings,
+    env_name,
     load_settings,
     take_verbatim,
 )
@@ -241,3 +246,76 @@ def test_a_short_flag_is_no_word_of_the_job_s_command(machine: Machine) -> None:
 def test_the_controller_takes_no_n() -> None:
     with pytest.raises(BadInput, match="unrecognized arguments: -n "):
         load_settings(ControllerSettings, prog="p", argv=["-n", "team-a"])
+
+
+# No input is read from a variable a training pod sees (issue 27): DISPATCH_ATTEMPT was start's.
+POD_ENV: Final = {value for name, value in vars(wire).items() if name.startswith("ENV_")}
+INPUTS: Final = [
+    cls
+    for cls in vars(settings_module).values()
+    if isinstance(cls, type) and issubclass(cls, ClusterSettings)
+]
+
+
+@pytest.mark.parametrize("cls", INPUTS, ids=lambda cls: cls.__name__)
+def test_no_input_is_read_from_a_variable_the_training_pods_see(
+    cls: type[ClusterSettings],
+) -> None:
+    assert {wire.ENV_EPOCH, wire.ENV_ATTEMPT, wire.ENV_WORKDIR} <= POD_ENV
+    assert not {env_name(field) for field in cls.model_fields} & POD_ENV
+
+
+@pytest.fixture
+def warnings() -> Iterator[list[str]]:
+    """What the settings log at WARNING, as the steps' stderr has it."""
+    told: list[str] = []
+    handler = logger.add(lambda message: told.append(message.record["message"]), level="WARNING")
+    yield told
+    logger.remove(handler)
+
+
+@pytest.mark.parametrize(
+    ("env", "attempt", "warned"),
+    [
+        ({"DISPATCH_START_ATTEMPT": "5"}, 5, False),
+        ({"DISPATCH_ATTEMPT": "4"}, 4, True),  # the former name, for one release
+        ({"DISPATCH_ATTEMPT": "4", "DISPATCH_START_ATTEMPT": "5"}, 5, False),  # in a pod
+        ({}, None, False),
+    ],
+    ids=["new", "former", "both", "neither"],
+)
+def test_start_s_attempt_is_read_from_its_own_env_variable(
+    monkeypatch: pytest.MonkeyPatch,
+    warnings: list[str],
+    env: dict[str, str],
+    attempt: int | None,
+    warned: bool,
+) -> None:
+    for name in ("DISPATCH_ATTEMPT", "DISPATCH_START_ATTEMPT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert load_settings(StartSettings, prog="dispatch-start", argv=[]).attempt == attempt
+    if warned:
+        [warning] = warnings
+        assert warning.startswith("DISPATCH_ATTEMPT is deprecated as --attempt's env variable")
+        assert "is not read from 0.3.0 on: set DISPATCH_START_ATTEMPT" in warning
+    else:
+        assert warnings == []
+
+
+def test_a_step_without_an_attempt_ignores_the_pod_s(
+    monkeypatch: pytest.MonkeyPatch, warnings: list[str]
+) -> None:
+    monkeypatch.setenv("DISPATCH_ATTEMPT", "train-42.3.7.2.1.0")
+    load_settings(TrainJobSettings, prog="dispatch-hold", argv=["--name", "j"])
+    assert warnings == []
+
+
+def test_a_bad_attempt_in_the_env_is_named_by_its_new_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DISPATCH_START_ATTEMPT", "two")
+    with pytest.raises(BadInput) as raised:
+        load_settings(StartSettings, prog="dispatch-start", argv=[])
+    assert str(raised.value).startswith("dispatch-start: --attempt (env DISPATCH_START_ATTEMPT): ")

@@ -213,22 +213,37 @@ def test_request_file_gives_fields_and_flags_override_it(tmp_path: Path) -> None
     assert annotations[wire.ATTEMPT_ANNOTATION] == "5"
 
 
+ENV_REQUEST = {
+    "DISPATCH_JOB_ID": "env-job",
+    "DISPATCH_GENERATION": "1",
+    "DISPATCH_SUBMISSION": "1",
+    "DISPATCH_IMAGE": "img:1",
+    "DISPATCH_COMMAND": '["run"]',
+}
+
+
 def test_env_settings_are_read_with_the_dispatch_prefix() -> None:
     done = start(
         "--dry-run",
         "--runtime-file",
         str(TORCH_RUNTIME),
-        env={
-            "DISPATCH_JOB_ID": "env-job",
-            "DISPATCH_GENERATION": "1",
-            "DISPATCH_SUBMISSION": "1",
-            "DISPATCH_ATTEMPT": "0",
-            "DISPATCH_IMAGE": "img:1",
-            "DISPATCH_COMMAND": '["run"]',
-        },
+        env={**ENV_REQUEST, "DISPATCH_START_ATTEMPT": "4"},
     )
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["metadata"]["annotations"][wire.JOB_ID_ANNOTATION] == "env-job"
+    annotations = json.loads(done.stdout)["metadata"]["annotations"]
+    assert annotations[wire.JOB_ID_ANNOTATION] == "env-job"
+    assert annotations[wire.ATTEMPT_ANNOTATION] == "4"
+    assert done.stderr.count('"WARNING"') == 0
+
+
+def test_the_former_attempt_variable_is_read_with_one_line_of_warning() -> None:
+    env = {**ENV_REQUEST, "DISPATCH_ATTEMPT": "3"}
+    done = start("--dry-run", "--runtime-file", str(TORCH_RUNTIME), env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["metadata"]["annotations"][wire.ATTEMPT_ANNOTATION] == "3"
+    [warning] = [json.loads(line) for line in done.stderr.splitlines() if '"WARNING"' in line]
+    assert warning["message"].startswith("DISPATCH_ATTEMPT is deprecated")
+    assert "DISPATCH_START_ATTEMPT" in warning["message"]
 
 
 @pytest.mark.parametrize(

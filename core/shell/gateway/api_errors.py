@@ -57,6 +57,22 @@ class ApiError(Exception):
         )
 
 
+def unreadable(error: Exception) -> Exception:
+    """An answer (2xx) whose body is not UTF-8 JSON of the shape asked for, as the error to raise.
+
+    The API server's fault (or a proxy's, or a connection cut mid-body), never the step's
+    input: not BadInput (2). It is mapped as a connection that failed is, which it may well
+    be: as urllib3's DecodeError (an HTTPError) a read is sent again and a write, which may
+    have been applied, is not (`retryable`); what is left is Transient (75), as a 5xx is, and
+    the step is run again from its read.
+    """
+    import urllib3
+
+    return urllib3.exceptions.DecodeError(
+        f"the API server's answer is unreadable: {' '.join(str(error).split())}"
+    )
+
+
 def _is_admission_denial(message: str) -> bool:
     return "admission webhook" in message or "ValidatingAdmissionPolicy" in message
 
@@ -112,5 +128,7 @@ def with_retries(
                 continue
             if isinstance(e, ApiError) and e.status:
                 raise error_for(e, what) from e
+            if isinstance(e, urllib3.exceptions.DecodeError):  # it answered: say what
+                raise Transient(f"{what}: {e}") from e
             raise Transient(f"{what}: API server unreachable: {type(e).__name__}") from e
     raise AssertionError("unreachable")  # the loop returns or raises

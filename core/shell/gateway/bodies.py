@@ -83,6 +83,10 @@ def watch_events(response: RESTResponse) -> Iterator[dict[str, Any]]:
             event = json.loads(line)
         except ValueError:
             continue  # as the client's own Watch: a line that is not JSON is skipped
+        if not (
+            isinstance(event, dict) and "type" in event and isinstance(event.get("object"), dict)
+        ):
+            continue  # nor is one that is no event
         if event.get("type") == "ERROR":
             status = shapes.mapping(event.get("object"))
             code = status.get("code")

@@ -8,13 +8,14 @@ writes only where the server surely did not apply them (429, connection refused)
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 from dispatch_k8s.core.rules import events, shapes
 from dispatch_k8s.core.rules.errors import (
@@ -27,7 +28,13 @@ from dispatch_k8s.core.rules.errors import (
 )
 from dispatch_k8s.core.shell import clock
 from dispatch_k8s.core.shell.gateway import kinds
-from dispatch_k8s.core.shell.gateway.api_errors import ATTEMPTS, ApiError, error_for, with_retries
+from dispatch_k8s.core.shell.gateway.api_errors import (
+    ATTEMPTS,
+    ApiError,
+    error_for,
+    unreadable,
+    with_retries,
+)
 from dispatch_k8s.core.shell.gateway.bodies import as_object, iter_list_items, watch_events
 from dispatch_k8s.core.shell.gateway.kinds import Kind
 from dispatch_k8s.core.shell.gateway.kubeconfig import load as load_configuration
@@ -47,6 +54,9 @@ JSON: Final = "application/json"
 APPLY_PATCH: Final = "application/apply-patch+yaml"
 Query = Iterable[tuple[str, str | int | bool]]
 Timeout = float | tuple[float, float]
+# What a write does, as kubectl's --dry-run: sent; kept back (client); sent with dryRun=All,
+# so admission (policies, webhooks) answers it and nothing is persisted (server).
+DryRun = Literal["none", "client", "server"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +84,8 @@ class Gateway:
     but not its generated API classes: those cost ~0.5 s to build (CoreV1Api's module alone
     is 63k lines), and their models are a round trip the steps do not need. Bodies are read
     as plain JSON.
+
+    Under a `dry_run` every write (not a read) is as `DryRun` says, and no Event is posted.
     """
 
     def __init__(
@@ -83,11 +95,14 @@ class Gateway:
         fence: Callable[[], None] | None = None,
         limit: TokenBucket | None = None,
         deadline: Deadline | None = None,
+        dry_run: DryRun = "none",
     ) -> None:
         self._api = api
         self._fence = fence
         self._limit = limit
         self._deadline = deadline
+        self._dry_run = dry_run
+        self._unsent: list[dict[str, Any]] = []
 
     def fenced(self, fence: Callable[[], None], *, limit: TokenBucket | None = None) -> Gateway:
         """The same connection, `fence` called before each write, `limit` taken before each request.
@@ -96,11 +111,18 @@ class Gateway:
         lapsed. The Lease's own requests go through a connection without either: no burst of
         work may delay a renewal.
         """
-        return type(self)(self._api, fence=fence, limit=limit, deadline=self._deadline)
+        return type(self)(
+            self._api, fence=fence, limit=limit, deadline=self._deadline, dry_run=self._dry_run
+        )
 
     @classmethod
     def connect(
-        cls, *, kubeconfig: Path | None, context: str | None, request_timeout: float = 0
+        cls,
+        *,
+        kubeconfig: Path | None,
+        context: str | None,
+        request_timeout: float = 0,
+        dry_run: DryRun = "none",
     ) -> Gateway:
         """In-cluster config inside a pod, else the kubeconfig (docs/design.md §3).
 
@@ -114,7 +136,7 @@ class Gateway:
         # as idempotent) and multiply every timeout by four: with_retries is the only retry layer.
         configuration.retries = urllib3.util.Retry(total=0, connect=0, read=0, redirect=0, status=0)
         deadline = Deadline(request_timeout) if request_timeout > 0 else None
-        return cls(ApiClient(configuration), deadline=deadline)
+        return cls(ApiClient(configuration), deadline=deadline, dry_run=dry_run)
 
     # One request
 
@@ -140,6 +162,8 @@ class Gateway:
             self._limit.take()
         if self._fence is not None and method != "GET":
             self._fence()  # as late as can be, after any wait: nothing is sent once it refuses
+        if self._dry_run == "server" and method != "GET":
+            query = [*query, ("dryRun", "All")]
         headers = {"Accept": JSON}
         if body is not None:
             headers["Content-Type"] = content_type
@@ -174,14 +198,35 @@ class Gateway:
             self._deadline.left(waiting)
 
     def _json(self, method: str, path: str, **options: Any) -> dict[str, Any]:
-        response = self._send(method, path, **options)
-        data: bytes = response.read()  # type: ignore[no-untyped-call]
-        return as_object(json.loads(data))
+        if self._dry_run == "client" and method != "GET":
+            return self._keep_back(method, path, options.get("body"))
+        text = self._text(method, path, **options)
+        try:
+            return as_object(json.loads(text))
+        except (ValueError, TypeError) as e:
+            raise unreadable(e) from e
+
+    def _keep_back(self, method: str, path: str, body: Any) -> dict[str, Any]:
+        """--dry-run=client: the write is kept, not sent; it answers with its own body.
+
+        As the server would answer an update with nothing else changed: the step carries on
+        and reports the resourceVersion it read, the precondition the write would be sent on.
+        """
+        self._unsent.append({"method": method, "path": path, "body": body})
+        return as_object(copy.deepcopy(body))
+
+    def take_unsent(self) -> list[dict[str, Any]]:
+        """The writes --dry-run=client kept back since it was last asked, in order."""
+        taken, self._unsent = self._unsent, []
+        return taken
 
     def _text(self, method: str, path: str, **options: Any) -> str:
         response = self._send(method, path, **options)
         data: bytes = response.read()  # type: ignore[no-untyped-call]
-        return data.decode("utf-8")
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise unreadable(e) from e
 
     # Generic verbs: every path is built from the kinds table
 
@@ -246,7 +291,10 @@ class Gateway:
                 query.append(("continue", token))
             text = with_retries(functools.partial(self._text, "GET", path, query=query), what=what)
             rest.clear()
-            yield from (as_object(item) for item in iter_list_items(text, rest))
+            try:
+                yield from (as_object(item) for item in iter_list_items(text, rest))
+            except (ValueError, TypeError) as e:  # read as it is passed on: too late to retry
+                raise Transient(f"{what}: {unreadable(e)}") from e
             del text
             token = shapes.mapping(rest.get("metadata")).get("continue")
             if not token:
@@ -499,6 +547,8 @@ class Gateway:
         import urllib3
         from loguru import logger
 
+        if self._dry_run != "none":  # nothing was done: there is nothing to tell
+            return False
         event = events.build_event(
             subject,
             event_type=event_type,

@@ -35,11 +35,23 @@ def kubeconfig_files(kubeconfig: Path | None) -> list[Path]:
     return [Path(word).expanduser() for word in listed.split(os.pathsep) if word]
 
 
+def _unreadable() -> tuple[type[Exception], ...]:
+    """What the client raises for a kubeconfig it cannot use, beside its ConfigException.
+
+    OSError: a file it cannot open. ValueError (UnicodeDecodeError among them), YAMLError:
+    bytes that are not UTF-8, or not YAML. TypeError, AttributeError: YAML whose document is
+    no mapping (a list, a string), read as if it were one.
+    """
+    import yaml
+    from kubernetes.config.config_exception import ConfigException
+
+    return (ConfigException, OSError, ValueError, yaml.YAMLError, TypeError, AttributeError)
+
+
 def load(*, kubeconfig: Path | None, context: str | None) -> Configuration:
     """The client configuration: in-cluster inside a pod unless a kubeconfig is given."""
     from kubernetes import config
     from kubernetes.client import Configuration
-    from kubernetes.config.config_exception import ConfigException
 
     configuration = Configuration()
     in_cluster = uses_in_cluster_config(kubeconfig)
@@ -60,9 +72,7 @@ def load(*, kubeconfig: Path | None, context: str | None) -> Configuration:
                 context=context,
                 client_configuration=configuration,
             )
-    except (ConfigException, OSError, TypeError, AttributeError) as e:
-        # TypeError, AttributeError: the client reads a file whose YAML is no mapping (a
-        # list, a string) as if it were one.
+    except _unreadable() as e:
         if files and context is not None:
             _check_context(kubeconfig, context, where=where)
         if isinstance(e, TypeError | AttributeError):
@@ -74,13 +84,12 @@ def load(*, kubeconfig: Path | None, context: str | None) -> Configuration:
 def _check_context(kubeconfig: Path | None, context: str, *, where: str) -> None:
     """Raise BadInput naming a `context` the kubeconfig does not have."""
     from kubernetes import config
-    from kubernetes.config.config_exception import ConfigException
 
     try:
         contexts, _ = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
             config_file=str(kubeconfig) if kubeconfig else None
         )
-    except (ConfigException, OSError, TypeError, AttributeError):
+    except _unreadable():
         return  # not even the contexts can be read: the load's own error says why
     names = sorted(str(entry.get("name")) for entry in contexts or [] if isinstance(entry, dict))
     if context not in names:
@@ -105,8 +114,6 @@ def _context_namespace(kubeconfig: Path | None, context: str | None) -> str:
     """The namespace of the context `load` chooses (`context`, else current-context), or ""."""
     if uses_in_cluster_config(kubeconfig):
         return ""
-    import yaml
-    from kubernetes.config.config_exception import ConfigException
     from kubernetes.config.kube_config import KubeConfigMerger
 
     where = os.pathsep.join(map(str, kubeconfig_files(kubeconfig)))
@@ -117,7 +124,7 @@ def _context_namespace(kubeconfig: Path | None, context: str | None) -> str:
             return ""
         chosen = context or merged["current-context"]
         namespace = merged["contexts"].get_with_name(chosen)["context"].safe_get("namespace")
-    except (ConfigException, OSError, ValueError, yaml.YAMLError, TypeError, AttributeError):
+    except _unreadable():
         # A kubeconfig that cannot be read names no namespace; connecting says what is wrong.
         return ""
     return namespace if isinstance(namespace, str) else ""

@@ -188,8 +188,10 @@ def test_any_workload_status_is_a_reservation_a_skip_or_a_refusal(
 # Bytes, not only text (issue 27): every input as the OS hands it over, UTF-8 or not, whole or
 # cut short. Python gives argv and env as str with each undecodable byte a lone surrogate.
 
-NO_NUL = st.binary(max_size=24).filter(lambda data: b"\0" not in data)  # no argv or env holds one
-OS_BYTES = NO_NUL | cut_in_a_character(st.text(max_size=8).map(str.encode))
+# No argv or env value holds a NUL byte: the OS cannot hand one over.
+OS_BYTES = (
+    st.binary(max_size=24) | cut_in_a_character(st.text(max_size=8).map(str.encode))
+).filter(lambda data: b"\0" not in data)
 # A request with characters of two, three and four bytes, so that a cut can land inside one.
 REQUEST = {
     "job_id": "j",

@@ -35,12 +35,12 @@ from dispatch_k8s.core.shell.settings import (
     load_settings,
 )
 from dispatch_k8s.steps import approve, audit, hold, start, unsuspend
+from tests.support.golden import check_golden
 from tests.support.requests import request_flags
 from tests.unit.audit_factories import NAME, UID, jobset_dict, trainjob_dict
 from tests.unit.test_workload import raised_trainjob, workload_dict
 
 REPO: Final = Path(__file__).resolve().parents[2]
-GOLDEN: Final = REPO / "tests" / "golden"
 RUNTIME: Final = yaml.safe_load((REPO / "pipelines/runtimes/torch-distributed.yaml").read_text())
 NAMESPACE: Final = "team-a"
 DRY_RUN_ALL: Final = ("dryRun", "All")
@@ -305,14 +305,6 @@ def test_start_client_still_prints_the_trainjob_alone(
     code, [trainjob] = run_main(start.main, flags, capsys)
     assert (code, trainjob["kind"], cluster.sent) == (0, "TrainJob", [])
     assert "dryRun" not in trainjob, "it stays an object kubectl can apply"
-
-
-def check_golden(name: str, rendered: Any) -> None:
-    path = GOLDEN / name
-    text = json.dumps(rendered, indent=2, sort_keys=True) + "\n"
-    if os.environ.get("DISPATCH_REGENERATE") and not os.environ.get("CI"):
-        path.write_text(text)
-    assert path.read_text() == text, f"{path} differs: review, then DISPATCH_REGENERATE=1"
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from dispatch_k8s.core.rules import errors
 from dispatch_k8s.core.rules.errors import BadInput
 from dispatch_k8s.core.shell.gateway import Gateway
 from dispatch_k8s.core.shell.settings import ClusterSettings, env_name, flag_name, load_settings
+from tests.support.golden import check_golden_text
 
 REPO: Final = Path(__file__).resolve().parents[2]
 BIN: Final = Path(sys.executable).parent
@@ -56,6 +57,12 @@ def help_text(script: str, capsys: pytest.CaptureFixture[str], word: str = "--he
         )
     assert exited.value.code == 0
     return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("script", STEPS)
+def test_help_is_the_text_last_reviewed(script: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every word of --help is in tests/golden/help/: a change to a flag shows in review."""
+    check_golden_text(f"help/{script}.txt", help_text(script, capsys))
 
 
 @pytest.mark.parametrize("script", STEPS)

@@ -15,13 +15,13 @@ import yaml
 from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.rules.identity import Counts, Identity, attempt_token, epoch
 from dispatch_k8s.core.rules.prologue import EXIT_REFUSED
+from tests.support.golden import check_golden
 from tests.support.requests import request_flags
 from tests.support.shells import SHELLS, Shell, resolve_downward_env, shell_argv0
 
 REPO = Path(__file__).resolve().parents[2]
 TORCH_RUNTIME = REPO / "pipelines" / "runtimes" / "torch-distributed.yaml"
 MPI_RUNTIME = REPO / "pipelines" / "runtimes" / "mpi-distributed.yaml"
-GOLDEN = REPO / "tests" / "golden"
 START = str(Path(sys.executable).parent / "dispatch-start")
 REQUEST = [
     *request_flags("train-42", attempt=2, extra={"workdir": "/workspace", "namespace": "team-a"}),
@@ -55,14 +55,6 @@ def dry_run(*extra: str, runtime: Path = TORCH_RUNTIME) -> dict[str, Any]:
     assert done.returncode == 0, done.stderr
     trainjob: dict[str, Any] = json.loads(done.stdout)
     return trainjob
-
-
-def check_golden(name: str, rendered: dict[str, Any]) -> None:
-    path = GOLDEN / name
-    text = json.dumps(rendered, indent=2, sort_keys=True) + "\n"
-    if os.environ.get("DISPATCH_REGENERATE") and not os.environ.get("CI"):
-        path.write_text(text)
-    assert path.read_text() == text, f"{path} differs: review, then DISPATCH_REGENERATE=1"
 
 
 def test_torch_dry_run_matches_golden() -> None:

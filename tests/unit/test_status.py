@@ -12,6 +12,7 @@ import yaml
 from dispatch_k8s.core.rules import status, wire
 from dispatch_k8s.core.shell.settings import StatusSettings, load_settings
 from dispatch_k8s.steps import status as status_step
+from tests.support.golden import check_golden_text
 from tests.unit.audit_factories import NAME, jobset_dict, trainjob_dict
 
 CHECK = "dispatch-admission"
@@ -189,6 +190,19 @@ def test_the_table_has_kubectl_s_headers_and_aligned_columns() -> None:
     assert rows[0][:3] == [NAME, "plain", "Running"]
     assert rows[1][status.HEADERS.index("FLOOR")] == "<none>"
     assert rows[0][status.HEADERS.index("FOREIGN")] == "false"
+
+
+def test_the_table_is_the_one_last_reviewed() -> None:
+    """A plain job running, one with a garbled floor, and a queued one: the whole table."""
+    records = [
+        describe(job(), jobset_dict()),
+        describe(job(floor="x")),
+        describe(job(suspend=True, queue="team-queue")),
+    ]
+    rows = [status.row(record) for record in records]
+    widths = status.widths(rows)
+    table = "".join(status.line(cells, widths) + "\n" for cells in (status.HEADERS, *rows))
+    check_golden_text("status-table.txt", table)
 
 
 def settings(*flags: str) -> StatusSettings:

@@ -26,7 +26,7 @@ from dispatch_k8s.core.rules.wire import (
     TRAINER_CONTAINER,
 )
 
-# A runtime's spec.template.spec is a full JobSetSpec (reference/trainer.md §4).
+# A runtime's spec.template.spec is a full JobSetSpec (Trainer's source).
 JOBSET_SPEC: Final = "spec.template.spec"
 _ALLOW_PATH: Final = f"metadata.annotations['{ALLOW_RANK_RESTART_ANNOTATION}']"
 _UNMOVED: Final = "moving neither A nor J"

@@ -35,7 +35,7 @@ def build_env(request: StartRequest) -> list[dict[str, Any]]:
     if request.workdir is not None:
         env.append({"name": wire.ENV_WORKDIR, "value": request.workdir})
     # A and J reach the container through the Downward API: a runtime patch may not set env
-    # on the `node` container, and spec.trainer is immutable (reference/trainer.md §2).
+    # on the `node` container, and spec.trainer is immutable (Trainer's source).
     admission_path = f"metadata.annotations['{wire.ADMISSION_ANNOTATION}']"
     env.append(_downward(wire.ENV_ADMISSION, admission_path))
     env.append(_downward(wire.ENV_RESTART, f"metadata.labels['{wire.RESTART_ATTEMPT_KEY}']"))
@@ -50,7 +50,7 @@ def build_runtime_patch(trainer_job: str, admission: str) -> dict[str, Any]:
     """This project's runtimePatches entry: A on the trainer job's pod template, nothing else.
 
     Pod-template metadata only: Job-level metadata is immutable in JobSet, and env may not
-    be patched onto the `node` container (reference/trainer.md §2-3).
+    be patched onto the `node` container (Trainer's source).
     """
     pod_metadata = {"annotations": {wire.ADMISSION_ANNOTATION: admission}}
     pod_template = {"metadata": pod_metadata}
@@ -289,7 +289,7 @@ def decide_raise(trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None) 
     busy = active_replicated_job(jobset)
     if busy is not None:
         # Trainer's webhook refuses any runtimePatches change until this drains
-        # (reference/trainer.md, Pitfalls).
+        # (Trainer's source).
         return Draining(
             f"TrainJob {name}: JobSet replicated job {busy} still has active Jobs; wait until "
             "status.replicatedJobsStatus[].active is 0 for every replicated job, then run again"

@@ -68,7 +68,7 @@ PROLOGUE_NAME: Final = "dispatch-prologue"  # $0 of the prologue: shows in ps an
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "dispatch-k8s"
 
-# Trainer (reference/trainer.md).
+# Trainer (Trainer's source).
 TRAINER_GROUP: Final = "trainer.kubeflow.org"
 TRAINER_VERSION: Final = "v1alpha1"
 ANCESTOR_LABEL: Final = "trainer.kubeflow.org/trainjob-ancestor-step"
@@ -76,19 +76,19 @@ ANCESTOR_TRAINER: Final = "trainer"
 TRAINER_CONTAINER: Final = "node"
 MPI_WORKER_JOB: Final = "node"
 
-# JobSet (reference/jobset.md).
+# JobSet (JobSet's source).
 JOBSET_GROUP: Final = "jobset.x-k8s.io"
 JOBSET_VERSION: Final = "v1alpha2"
 RESTART_ATTEMPT_KEY: Final = "jobset.sigs.k8s.io/restart-attempt"
 JOBSET_NAME_KEY: Final = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_UID_KEY: Final = "jobset.sigs.k8s.io/jobset-uid"
-# Which replicated job a pod runs (reference/jobset.md §4).
+# Which replicated job a pod runs (JobSet's source).
 REPLICATED_JOB_NAME_KEY: Final = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX_KEY: Final = "jobset.sigs.k8s.io/job-index"
 # Kubernetes Indexed Jobs: which completion index a pod runs.
 COMPLETION_INDEX_KEY: Final = "batch.kubernetes.io/job-completion-index"
 
-# Kueue (reference/kueue.md).
+# Kueue (Kueue's source).
 KUEUE_GROUP: Final = "kueue.x-k8s.io"
 KUEUE_VERSION: Final = "v1beta2"
 QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"

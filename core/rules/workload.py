@@ -1,7 +1,7 @@
 """Kueue gates: which Workload reservation to raise A for, and the approval tied to it.
 
 An admission-check controller acts only on a Workload with quota reserved, not evicted,
-not finished, and its check Pending (reference/kueue.md §3-4, §9): an evicted Workload
+not finished, and its check Pending (Kueue's source): an evicted Workload
 still shows QuotaReserved=True with checks reset to Pending until its pods are gone.
 """
 
@@ -388,7 +388,7 @@ def build_check_state(
     again; without it Kueue queues it again at once.
 
     `admissionChecks` is a map list keyed by name, so sending our entry alone leaves the
-    other checks' entries to their owners (reference/kueue.md §4).
+    other checks' entries to their owners (Kueue's source).
     """
     if len(message) > MAX_CHECK_MESSAGE:
         message = message[: MAX_CHECK_MESSAGE - 1] + "…"

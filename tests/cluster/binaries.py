@@ -3,7 +3,7 @@
 `python -m tests.cluster.binaries build` builds whatever is missing from the cache;
 `python -m tests.cluster.binaries pin` regenerates the wrapper modules from versions.toml.
 Nothing here is downloaded prebuilt: every binary is compiled from the Go module proxy's
-sources with the machine's Go toolchain (docs/design.md §4, reference/controlplane.md §1-2).
+sources with the machine's Go toolchain (docs/design.md §4, docs/development.md).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ MODULES_DIR: Final = HERE / "go"
 WRAPPER_PREFIX: Final = "dispatch-k8s.invalid/testbin"
 GO_DIRECTIVE: Final = "1.26.0"  # the highest `go` line of the pinned upstream modules
 # Stamped into kube-apiserver so /version is real: Kueue gates features on it
-# (reference/controlplane.md, Pitfalls).
+# (docs/development.md).
 CONTROL_PLANE: Final = "control-plane"
 ENGINES: Final = "engines"
 BENCH: Final = "bench"  # kubectl, for tests/bench only: never part of a control-plane build
@@ -195,7 +195,7 @@ def _upstream_replacements(module: str, version: str) -> list[tuple[str, str]]:
 
     Go ignores a dependency's replace lines, so the wrapper must repeat them. A replacement
     by a local path (Kubernetes' ./staging modules) maps to the published tag of that module
-    instead (reference/controlplane.md §1).
+    instead (docs/development.md).
     """
     out = _go("mod", "download", "-json", f"{module}@{version}", cwd=Path.cwd(), capture=True)
     gomod = json.loads(

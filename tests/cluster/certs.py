@@ -1,6 +1,6 @@
 """A throwaway certificate authority for the test control plane (ECDSA P-256).
 
-Modelled on envtest's TinyCA (reference/controlplane.md §3): one CA signs the apiserver's and the
+Modelled on envtest's TinyCA (docs/development.md): one CA signs the apiserver's and the
 webhooks' serving certificates (for localhost and 127.0.0.1 only: all traffic stays on loopback)
 and the client certificates whose CN/O the apiserver reads as user and groups.
 """

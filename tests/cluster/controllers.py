@@ -1,7 +1,7 @@
 """Configuration files of the JobSet, Kueue and Trainer controller managers, run out of cluster.
 
 Each manager gets its own ports, its own directory and these deliberate departures from its
-upstream deployment (reference/jobset.md §6, kueue.md §7, trainer.md §6):
+upstream deployment (each project's own deployment):
 
 - internal certificate management off: its rotator would issue certificates for
   `<svc>.<ns>.svc` and overwrite the caBundle the harness registered;

@@ -1,6 +1,6 @@
 """The Docker engine and the base images the image tests build on, made on this machine.
 
-No image registry is reachable (reference/images.md), so nothing is pulled:
+No image registry is reachable (docs/development.md), so nothing is pulled:
 
 - the engine is Debian's `docker.io`, started here without a bridge or iptables rules, so
   containers run on the host network and all traffic stays on loopback (docs/design.md §4);

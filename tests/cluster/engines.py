@@ -2,7 +2,7 @@
 
 Both controllers are built from their Go modules (tests/cluster/versions.toml, group
 "engines"), run on the host as the admin, and create pods that the real node runs
-(reference/engines.md). What this module makes true for them:
+(docs/development.md). What this module makes true for them:
 - Every listener stays off the host's interfaces: each controller runs in a network namespace
   of its own that reaches only the API server (tests/cluster/netns.py). Argo's healthz (:6060)
   and Tekton's probes (:8080) and profiling (:8008) ports cannot be moved or bound to loopback.

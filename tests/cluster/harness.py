@@ -1,7 +1,7 @@
 """A real control plane on loopback: etcd, kube-apiserver, kube-controller-manager, and the real
 JobSet, Kueue and Trainer controller managers with their webhooks (docs/design.md §4).
 
-envtest-style (reference/controlplane.md §3), with no kubelet and no scheduler: tests play the
+envtest-style (docs/development.md), with no kubelet and no scheduler: tests play the
 kubelet by patching `pods/status`. Use it as a context manager or call start()/stop():
 
     with ControlPlane(run_dir) as plane:
@@ -444,7 +444,7 @@ class ControlPlane:
                 f"--secure-port={self._api_port}",
                 f"--bind-address={LOOPBACK}",
                 # Without it the apiserver looks for a default route and fails on hosts
-                # that have none (reference/controlplane.md, Pitfalls).
+                # that have none (docs/development.md).
                 f"--advertise-address={LOOPBACK}",
                 f"--cert-dir={self.run_dir / 'kube-apiserver' / 'certs'}",
                 f"--tls-cert-file={pki / 'apiserver.crt'}",

@@ -4,7 +4,7 @@ Nothing is copied into the repository: each project's YAML is read at test time 
 source `binaries.module_dir` returns, shaped by the same kustomize instructions upstream deploys
 with (JSON 6902 and strategic-merge patches, Kueue's `replacements`, `namePrefix`), then pointed at
 a controller running on 127.0.0.1: every `clientConfig.service` becomes a loopback `url` plus the
-harness CA as `caBundle` (envtest's WebhookInstallOptions; reference/controlplane.md §3).
+harness CA as `caBundle` (envtest's WebhookInstallOptions; docs/development.md).
 
 Only the kustomize features these three projects use are implemented; anything else raises, so an
 upstream change is noticed rather than half-applied.

@@ -1,6 +1,6 @@
 """A real node for the local control plane: kube-scheduler, containerd and a kubelet.
 
-Everything stays on loopback and under the run directory (reference/node.md):
+Everything stays on loopback and under the run directory (docs/development.md):
 - containerd is Debian's 1.6 (the `containerd` package the Docker engine already brings): it
   answers the kubelet through the CRI v1 API, and kubelet 1.36 falls back to its own cgroup
   driver when containerd cannot tell it one. Its root, state, socket and opt dir are the run
@@ -95,7 +95,7 @@ state = "{state}"
 [plugins."io.containerd.internal.v1.opt"]
   path = "{self.containerd_dir / "opt"}"
 [plugins."io.containerd.grpc.v1.cri"]
-  # The VM withholds CAP_SYS_RESOURCE: runc cannot lower oom_score_adj (reference/node.md).
+  # The VM withholds CAP_SYS_RESOURCE: runc cannot lower oom_score_adj (docs/development.md).
   restrict_oom_score_adj = true
   sandbox_image = "docker.io/{PAUSE_IMAGE}"
   stream_server_address = "{LOOPBACK}"

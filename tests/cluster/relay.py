@@ -1,7 +1,7 @@
 """Byte relays that carry the API server into a network namespace of its own.
 
 The engines' controllers listen on every interface on ports they will not move
-(reference/engines.md), so each runs in a network namespace whose only interface is its own
+(docs/development.md), so each runs in a network namespace whose only interface is its own
 loopback (tests/cluster/netns.py). A Unix socket is the one way in: the filesystem is shared
 across namespaces. Outside, `UnixToLoopback` accepts on that socket and connects to the API
 server's loopback port; inside, netns.py listens on the same loopback port and connects to the

@@ -1,4 +1,4 @@
-"""The one way tests wait: poll with a deadline, naming what is awaited (STYLE.md §4)."""
+"""The one way tests wait: poll with a deadline, naming what is awaited."""
 
 from __future__ import annotations
 

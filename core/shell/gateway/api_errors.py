@@ -78,7 +78,7 @@ def _is_admission_denial(message: str) -> bool:
 
 
 def error_for(error: ApiError, what: str) -> DispatchError:
-    """Map an API error to the step's outcome (STYLE §2, docs/design.md §3 exit codes)."""
+    """Map an API error to the step's outcome (docs/design.md §3 exit codes)."""
     status, message = error.status, error.message
     text = f"{what}: {status} {error.phrase}: {message}"
     if _is_admission_denial(message):

@@ -24,6 +24,7 @@ from tests.support.lifecycle import (
     read_trainjob,
     run_stage,
     start_args,
+    start_queued,
 )
 
 pytestmark = pytest.mark.integration
@@ -109,10 +110,7 @@ def test_status_of_a_queued_job_shows_its_pending_raise_and_the_check(
     custom: client.CustomObjectsApi,
 ) -> None:
     kueue.install(cpu="1")
-    started = step(
-        "start", *start_args(namespace, torch_runtime, "status-q", **kueue.queued_request())
-    )
-    assert started.code == 0, started.error
+    started = start_queued(step, namespace, torch_runtime, kueue, "status-q")
     name = started.result["name"]
     target = ["--namespace", namespace, "--check", kueue.check]
 

@@ -96,14 +96,31 @@ def torch_runtime(kube: Kube) -> str:
     except ApiException as e:
         if e.status != 409:
             raise
+        _refresh_runtime(kube, runtime)
+    return name
+
+
+def _refresh_runtime(kube: Kube, runtime: dict[str, Any]) -> None:
+    """Replace the live runtime's spec with the shipped one, keeping what Trainer adds.
+
+    Trainer puts its resource-in-use finalizer on a runtime a TrainJob refers to, so a read
+    and a replace can meet its write (409); read again and retry, as any second writer must.
+    """
+    name = runtime["metadata"]["name"]
+    for _ in range(10):
         live = _as_dict(
             kube.custom.get_cluster_custom_object(*TRAINER, "clustertrainingruntimes", name)
         )
-        runtime["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
-        kube.custom.replace_cluster_custom_object(
-            *TRAINER, "clustertrainingruntimes", name, runtime
-        )
-    return name
+        live["spec"] = runtime["spec"]
+        try:
+            kube.custom.replace_cluster_custom_object(
+                *TRAINER, "clustertrainingruntimes", name, live
+            )
+            return
+        except ApiException as e:
+            if e.status != 409:
+                raise
+    raise AssertionError(f"runtime {name} kept changing under ten replaces")
 
 
 # --- helpers --------------------------------------------------------------------------------

@@ -1,6 +1,10 @@
 """The step image as a Kubernetes Job on the real node, as the shipped ServiceAccount with the
 shipped RBAC: the step pod reaches the API server on 127.0.0.1 only, raises A, and the
-training pod it opens prints R = 1."""
+training pod it opens prints R = 1.
+
+The Job's DISPATCH_NAMESPACE is taken out, so the step finds its namespace as kubectl does
+in a pod: from the ServiceAccount's mounted namespace file (else it would act on `default`,
+where the TrainJob is not, and fail)."""
 
 from __future__ import annotations
 
@@ -53,6 +57,8 @@ def test_the_shipped_unsuspend_job_opens_a_trainjob_that_prints_r_1(
     (container,) = pod["containers"]
     assert container["image"] == step_image_on_node
     next(e for e in container["env"] if e["name"] == "DISPATCH_NAME")["value"] = name
+    container["env"] = [e for e in container["env"] if e["name"] != "DISPATCH_NAMESPACE"]
+    assert namespace != "default"
     job_name = kube.apply(api_client, job, namespace=namespace)["metadata"]["name"]
 
     def finished() -> dict[str, Any] | None:

@@ -21,17 +21,18 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 from loguru import logger
 
 from dispatch_k8s.controller import packing, secure_metrics, serve, streams
 from dispatch_k8s.controller.auditor import Auditor
 from dispatch_k8s.controller.leader import Elector
+from dispatch_k8s.controller.mirror import Key, Mirror, key_of
 from dispatch_k8s.controller.queue import RETRY, Again, WorkQueue
 from dispatch_k8s.controller.reconcile import Gatekeeper
 from dispatch_k8s.controller.threads import Supervisor
-from dispatch_k8s.core.rules import gate, shapes, wire, workload
+from dispatch_k8s.core.rules import gate, wire, workload
 from dispatch_k8s.core.rules.errors import BadInput, DispatchError, Fenced
 from dispatch_k8s.core.shell import clock, output
 from dispatch_k8s.core.shell.gateway import Gateway, kinds
@@ -40,8 +41,6 @@ from dispatch_k8s.core.shell.gateway.ratelimit import TokenBucket
 from dispatch_k8s.core.shell.settings import ControllerSettings, load_settings
 
 PROG: Final = "dispatch-admission-controller"
-Key = tuple[str, str]
-Kept = TypeVar("Kept")  # how a watched object is kept: as told, or packed
 Event = streams.Event
 
 
@@ -60,12 +59,11 @@ class Leading:
         self.queue: WorkQueue[Key] = WorkQueue()
         self._checks: frozenset[str] = frozenset()
         self._known_checks = threading.Event()
-        self._workloads: dict[Key, dict[str, Any]] = {}
+        self._workloads: Mirror[dict[str, Any]] = Mirror(_as_told)
         # Managed TrainJobs as their watch last told them: a pass raises on one with its
         # resourceVersion as the precondition, so a stale copy is a 409, never a wrong raise.
         # Packed (controller/packing.py): a thousand TrainJobs as dicts were 50 MiB of RSS.
-        self._trainjobs: dict[Key, bytes] = {}
-        self._lock = threading.Lock()
+        self._trainjobs: Mirror[bytes] = Mirror(packing.pack)
         self.gatekeeper = Gatekeeper(
             gateway,
             checks=lambda: self._checks,
@@ -105,23 +103,23 @@ class Leading:
     # Watches
 
     def _list_and_watch(
-        self, resource: Kind, namespace: str | None, *, label_selector: str = ""
+        self, resource: Kind, namespace: str | None, *, label_selector: str = "", relist: bool
     ) -> Iterator[Event]:
-        """("LISTED", list) once per resync, then the watch's events, until the term ends."""
-        return streams.whole_lists(
-            streams.list_and_watch(
-                self._gateway,
-                resource,
-                namespace,
-                ended=self.ended,
-                resync_seconds=self._settings.resync_seconds,
-                label_selector=label_selector,
-            )
+        """The collection's stream until the term ends: with `relist`, listed every resync."""
+        return streams.list_and_watch(
+            self._gateway,
+            resource,
+            namespace,
+            ended=self.ended,
+            resync_seconds=self._settings.resync_seconds,
+            label_selector=label_selector,
+            relist=relist,
         )
 
     def _watch_checks(self) -> None:
         checks: dict[str, dict[str, Any]] = {}
-        for kind, obj in self._list_and_watch(kinds.ADMISSION_CHECK, None):
+        events = self._list_and_watch(kinds.ADMISSION_CHECK, None, relist=True)
+        for kind, obj in streams.whole_lists(events):
             if kind == "LISTED":
                 checks = {item["metadata"]["name"]: item for item in obj.get("items") or []}
             elif kind in ("ADDED", "MODIFIED"):
@@ -136,9 +134,7 @@ class Leading:
             if frozenset(ours) != self._checks:
                 self._checks = frozenset(ours)
                 logger.bind(checks=sorted(ours)).info("gating the Workloads of these checks")
-                with self._lock:
-                    known = list(self._workloads.values())
-                for item in known:
+                for item in self._workloads.values():
                     self._observe(item)
             self._known_checks.set()
 
@@ -155,59 +151,36 @@ class Leading:
 
     def _watch_workloads(self, namespace: str | None) -> None:
         self._known_checks.wait()  # which Workloads are ours depends on which checks are
-        for event in self._list_and_watch(kinds.WORKLOAD, namespace):
-            for told in self._mirror(self._workloads, namespace, event, keep=_as_told):
-                self._observe(told)
+        # Listed again every resync: each Workload gated again, whatever a watch missed.
+        events = self._list_and_watch(kinds.WORKLOAD, namespace, relist=True)
+        for told in self._workloads.follow(events, namespace):
+            self._observe(told)
 
     def _watch_trainjobs(self, namespace: str | None) -> None:
+        # A cache only, as client-go's reflector keeps one: listed once, then watched on from
+        # the last version told, listed again only when that is too old (410 Gone).
         selector = f"{wire.MANAGED_BY_LABEL}={wire.MANAGED_BY}"
-        for event in self._list_and_watch(kinds.TRAINJOB, namespace, label_selector=selector):
-            self._mirror(self._trainjobs, namespace, event, keep=packing.pack)
-
-    def _mirror(
-        self,
-        cache: dict[Key, Kept],
-        namespace: str | None,
-        event: Event,
-        *,
-        keep: Callable[[dict[str, Any]], Kept],
-    ) -> list[dict[str, Any]]:
-        """Keep `cache` as `namespace`'s collection is (each as `keep` makes it); those told."""
-        kind, obj = event
-        if kind == "LISTED":
-            items = [shapes.without_managed_fields(item) for item in obj.get("items") or []]
-            with self._lock:
-                for key in [k for k in cache if namespace in (None, k[0])]:
-                    del cache[key]
-                cache.update({_key(item): keep(item) for item in items})
-            return items
-        if kind in ("ADDED", "MODIFIED"):
-            told = shapes.without_managed_fields(obj)
-            with self._lock:
-                cache[_key(told)] = keep(told)
-            return [told]
-        if kind == "DELETED":
-            with self._lock:
-                cache.pop(_key(obj), None)
-        return []
+        events = self._list_and_watch(
+            kinds.TRAINJOB, namespace, label_selector=selector, relist=False
+        )
+        for _ in self._trainjobs.follow(events, namespace):
+            pass
 
     def _cached_trainjob(self, namespace: str, name: str) -> dict[str, Any] | None:
-        with self._lock:
-            packed = self._trainjobs.get((namespace, name))
+        packed = self._trainjobs.get((namespace, name))
         return None if packed is None else packing.unpack(packed)
 
     def _observe(self, obj: dict[str, Any]) -> None:
         if gate.our_checks(obj, self._checks) and not workload.is_finished(obj):
             self.gatekeeper.seen(obj)
-            self.queue.add(_key(obj))
+            self.queue.add(key_of(obj))
             serve.QUEUE_DEPTH.set(len(self.queue))
 
     # Workers
 
     def _work(self) -> None:
         while (key := self.queue.get()) is not None:
-            with self._lock:
-                current = self._workloads.get(key)
+            current = self._workloads.get(key)
             if current is None:  # deleted since it was queued
                 self.queue.done(key)
                 self.queue.forget(key)
@@ -240,10 +213,6 @@ def _result(again: Again) -> str:
 
 def _as_told(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
-
-
-def _key(obj: dict[str, Any]) -> Key:
-    return obj["metadata"]["namespace"], obj["metadata"]["name"]
 
 
 def run(settings: ControllerSettings) -> int:

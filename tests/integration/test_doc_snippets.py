@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Final
 
 import pytest
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from tests.support import snippets
 from tests.support.cluster_under_test import Cluster
@@ -18,57 +17,76 @@ from tests.support.kubectl import HOW_TO_BUILD, find_kubectl
 
 pytestmark = pytest.mark.integration
 
-# install.md's RBAC blocks apply the shipped cluster-scoped pair under this name and add the
-# namespace to the binding's subjects.
-_CLUSTER_WIDE: Final = "dispatch-steps-runtimes"
+# The cluster-wide objects the blocks make under their shipped names: install.md's RBAC pair
+# (the binding then lists the namespace too) and kueue.md's AdmissionCheck, marked Active.
+_CLUSTER_WIDE: Final = (
+    "clusterrole/dispatch-steps-runtimes",
+    "clusterrolebinding/dispatch-steps-runtimes",
+    "admissionchecks.kueue.x-k8s.io/dispatch-admission",
+)
 
 
-@pytest.fixture
-def shipped_cluster_rbac(api_client: client.ApiClient) -> Iterator[None]:
-    """No dispatch-steps-runtimes before the test, and none after it: the shipped name is
-    cluster-wide, so the blocks may neither replace a cluster's own nor leave theirs behind."""
-    rbac = client.RbacAuthorizationV1Api(api_client)
-    held = rbac.list_cluster_role_binding(field_selector=f"metadata.name={_CLUSTER_WIDE}")
-    if held.items:
-        pytest.skip(f"the cluster has its own {_CLUSTER_WIDE}: the blocks would replace it")
-    try:
-        yield
-    finally:
-        for delete in (rbac.delete_cluster_role_binding, rbac.delete_cluster_role):
-            try:
-                delete(_CLUSTER_WIDE)
-            except ApiException as e:
-                if e.status != 404:
-                    raise
-
-
-def test_the_blocks_run_in_order(
-    namespace: str, control_plane: Cluster, shipped_cluster_rbac: None
-) -> None:
-    kubectl = find_kubectl()
-    assert kubectl is not None, f"scripts/setup builds kubectl: {HOW_TO_BUILD}"
-    blocks = snippets.run_by("integration")
-    env = {"KUBECONFIG": str(control_plane.kubeconfig)}
-    for block in blocks:
-        done = snippets.execute(
-            block, replace={"team-a": namespace}, env=env, first=[kubectl.parent]
-        )
-        assert done.returncode == 0, f"{block.where}\n{block.body}\n{done.stdout}\n{done.stderr}"
-    # What install.md says the RBAC blocks give: the steps' ServiceAccount of this namespace
-    # reads ClusterTrainingRuntimes, which the shipped binding alone grants only in `default`.
-    can = subprocess.run(
-        [
-            str(kubectl),
-            "auth",
-            "can-i",
-            "get",
-            "clustertrainingruntimes.trainer.kubeflow.org",
-            f"--as=system:serviceaccount:{namespace}:dispatch-steps",
-        ],
-        env={"KUBECONFIG": env["KUBECONFIG"]},
+def _kubectl(kubectl: Path, kubeconfig: Path, *args: str) -> str:
+    done = subprocess.run(
+        [str(kubectl), "--kubeconfig", str(kubeconfig), *args],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
-    assert can.stdout.strip() == "yes", can.stdout + can.stderr
+    assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stdout}{done.stderr}"
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def kubectl(control_plane: Cluster) -> Iterator[Path]:
+    """The pinned kubectl, with none of the blocks' cluster-wide objects before the test nor
+    after it: their names are the shipped ones, so the blocks may neither replace a cluster's
+    own nor leave theirs behind for the next test."""
+    found = find_kubectl()
+    assert found is not None, f"scripts/setup builds kubectl: {HOW_TO_BUILD}"
+    config = control_plane.kubeconfig
+    held = _kubectl(found, config, "get", *_CLUSTER_WIDE, "--ignore-not-found", "-o", "name")
+    if held:
+        pytest.skip(f"the cluster has its own {held.split()}: the blocks would replace them")
+    try:
+        yield found
+    finally:
+        _kubectl(found, config, "delete", *_CLUSTER_WIDE, "--ignore-not-found")
+
+
+def test_the_blocks_run_in_order_and_do_what_the_docs_say(
+    namespace: str, control_plane: Cluster, kubectl: Path
+) -> None:
+    config = control_plane.kubeconfig
+    for block in snippets.run_by("integration"):
+        done = snippets.execute(
+            block,
+            replace={"team-a": namespace},
+            env={"KUBECONFIG": str(config)},
+            first=[kubectl.parent],
+        )
+        assert done.returncode == 0, f"{block.where}\n{block.body}\n{done.stdout}\n{done.stderr}"
+    # install.md: the steps' ServiceAccount of the namespace added to the binding reads
+    # ClusterTrainingRuntimes, which the shipped binding alone grants only in `default`.
+    can = _kubectl(
+        kubectl,
+        config,
+        "auth",
+        "can-i",
+        "get",
+        "clustertrainingruntimes.trainer.kubeflow.org",
+        f"--as=system:serviceaccount:{namespace}:dispatch-steps",
+    )
+    assert can == "yes"
+    # kueue.md: the AdmissionCheck is Active, so a ClusterQueue listing it admits.
+    active = _kubectl(
+        kubectl,
+        config,
+        "get",
+        "admissioncheck",
+        "dispatch-admission",
+        "-o",
+        "jsonpath={.status.conditions[?(@.type=='Active')].status}",
+    )
+    assert active == "True"

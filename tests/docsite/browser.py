@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import os
 import threading
 import urllib.error
 import urllib.request
@@ -35,7 +36,12 @@ LOOPBACK: Final = "127.0.0.1"
 CONTENT: Final = "main h1"
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+class _SiteHandler(http.server.SimpleHTTPRequestHandler):
+    def list_directory(self, path: str | os.PathLike[str]) -> None:
+        """A directory without index.html is a missing page (a web server's default), not a
+        listing: the base class would answer a link to `/concepts/` with 200 and its files."""
+        self.send_error(404, "no index.html")
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
         """Keep the test's output to its findings: the browser reports every failed request."""
 
@@ -44,7 +50,7 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 def serve(directory: Path) -> Iterator[str]:
     """Serve `directory` on 127.0.0.1 at a port the kernel picks; yields the base URL."""
     server = http.server.ThreadingHTTPServer(
-        (LOOPBACK, 0), partial(_QuietHandler, directory=str(directory))
+        (LOOPBACK, 0), partial(_SiteHandler, directory=str(directory))
     )
     thread = threading.Thread(target=server.serve_forever, name="site-server", daemon=True)
     thread.start()
@@ -65,10 +71,11 @@ def launch(playwright: Playwright, executable: Path) -> Browser:
         # included). The sandbox guards a machine against the pages it opens; these are the
         # repository's own pages, served on loopback, and nothing else is reachable.
         chromium_sandbox=False,
-        # Every host name resolves to nothing, so neither a page nor Chromium's own background
-        # services (which Playwright's default flags mostly switch off) reach the network by
-        # name; requests to other addresses are refused by `loopback_context`.
-        args=["--host-resolver-rules=MAP * ~NOTFOUND"],
+        # Every host but 127.0.0.1 resolves to nothing, so neither a page nor Chromium's own
+        # background services (which Playwright's default flags mostly switch off) reach the
+        # network by name; a page's requests to other addresses are refused by
+        # `loopback_context`.
+        args=[f"--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE {LOOPBACK}"],
     )
 
 
@@ -186,8 +193,9 @@ def _missing_targets(links: set[str]) -> dict[str, str]:
     missing = {}
     for target in sorted({urldefrag(link).url for link in links}):
         try:
-            with urllib.request.urlopen(target, timeout=30):  # follows /dir to /dir/
-                pass
+            # Follows /dir to /dir/; reads the body, which the server is still writing.
+            with urllib.request.urlopen(target, timeout=30) as response:
+                response.read()
         except urllib.error.HTTPError as e:
             missing[target] = f"HTTP {e.code}"
     return missing

@@ -4,6 +4,7 @@ anchor) that exists; and the same check catching a page built to fail it."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Final
 
@@ -27,7 +28,7 @@ def _report(problems: dict[str, list[str]]) -> str:
 
 
 def test_every_page_renders_without_errors_or_dead_links(
-    built_site: Path, context: BrowserContext, pytestconfig: pytest.Config
+    built_site: Path, context: BrowserContext, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pages = site_pages(built_site)
     assert "/" in pages, f"no home page among {pages}"
@@ -38,9 +39,8 @@ def test_every_page_renders_without_errors_or_dead_links(
         SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
         home.screenshot(path=SCREENSHOT, full_page=True)
         home.close()
-    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(f"\nthe home page in Chromium: {SCREENSHOT}")
+    with capsys.disabled():  # shown on a pass too, where captured output is not
+        sys.stdout.write(f"\nthe home page in Chromium: {SCREENSHOT}\n")
     assert not problems, f"{len(problems)} of {len(pages)} pages fail:\n{_report(problems)}"
 
 
@@ -49,6 +49,7 @@ BROKEN: Final = """<!doctype html>
 <script src="http://192.0.2.1/from-the-internet.js"></script>
 </head><body><main><p>No heading.</p>
 <a href="/missing/">a page that is not there</a> <a href="#nowhere">an anchor that is not</a>
+<a href="/empty/">a directory without index.html</a>
 </main><script>console.error("deliberate error")</script></body></html>
 """
 FINE: Final = """<!doctype html>
@@ -63,6 +64,7 @@ def test_a_broken_page_is_reported_and_a_fine_one_is_not(
 ) -> None:
     (tmp_path / "broken.html").write_text(BROKEN)
     (tmp_path / "fine.html").write_text(FINE)
+    (tmp_path / "empty").mkdir()
     with serve(tmp_path) as base:
         problems = check_site(context, base, ["/broken.html", "/fine.html"])
     assert list(problems) == ["/broken.html"], _report(problems)
@@ -70,8 +72,9 @@ def test_a_broken_page_is_reported_and_a_fine_one_is_not(
     for expected in [
         "does not render: no visible 'main h1'",
         "console error: deliberate error",
-        "request failed: http://192.0.2.1/from-the-internet.js (net::ERR_BLOCKED_BY_CLIENT)",
+        "request failed: http://192.0.2.1/from-the-internet.js (net::ERR_BLOCKED_BY_CLIENT",
         "dead link /missing/: HTTP 404",
+        "dead link /empty/: HTTP 404",
         "dead link /broken.html#nowhere: no element with that id",
     ]:
         assert expected in found, f"{expected!r} not reported in:\n{found}"

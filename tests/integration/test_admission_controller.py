@@ -102,6 +102,45 @@ def test_it_raises_once_approves_and_admits_another_teams_trainjob_as_it_is(
     assert any(r["message"] == "released the leader Lease" for r in only.records())
 
 
+def test_a_check_with_parameters_is_marked_inactive_and_kueue_stops_its_queue(
+    control_plane: Cluster,
+    namespace: str,
+    kueue: KueueSetup,
+    custom: client.CustomObjectsApi,
+    tmp_path: Path,
+) -> None:
+    """A check asking for what the controller cannot do (spec.parameters) gets Active=False
+    with the reason, over the True the install wrote; Kueue then marks its ClusterQueue
+    inactive, so no Workload is admitted past a check nothing gates as asked."""
+    kueue.install(cpu="1")
+    parameters = {"apiGroup": "example.invalid", "kind": "Settings", "name": "any"}
+    custom.patch_cluster_custom_object(
+        *KUEUE, "admissionchecks", kueue.check, {"spec": {"parameters": parameters}}
+    )
+
+    def active_condition(plural: str, name: str) -> dict[str, Any]:
+        found = custom.get_cluster_custom_object(*KUEUE, plural, name)
+        assert isinstance(found, dict)
+        conditions = (found.get("status") or {}).get("conditions") or []
+        return dict(next(c for c in conditions if c["type"] == "Active"))
+
+    def inactive() -> dict[str, Any] | None:
+        found = active_condition("admissionchecks", kueue.check)
+        return found if found["status"] == "False" else None
+
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "only"):
+        active = wait_until(inactive, what="the check to be marked inactive", timeout=DEADLINE)
+        assert active["reason"] == "ParametersNotSupported"
+        assert "remove spec.parameters" in active["message"]
+        wait_until(
+            lambda: (
+                active_condition("clusterqueues", f"{namespace}-cq")["status"] == "False" or None
+            ),
+            what="Kueue to stop the check's ClusterQueue",
+            timeout=DEADLINE,
+        )
+
+
 def test_a_reservation_raised_for_before_a_restart_is_approved_without_a_second_raise(
     control_plane: Cluster,
     step: Step,

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
+from tests.cluster.harness import ControlPlane
 from tests.cluster.wait import wait_until
+from tests.support.cluster_under_test import Cluster
 from tests.support.fixtures import custom, kueue, member, step, torch_runtime
 from tests.support.lifecycle import DEADLINE, TRAINER, Kubelet
 from tests.support.policies import Policies
@@ -16,6 +18,14 @@ from tests.support.policies import Policies
 def kubelet(api_client: client.ApiClient, namespace: str) -> Kubelet:
     """Plays the kubelet in the test's namespace."""
     return Kubelet(api_client, namespace)
+
+
+@pytest.fixture
+def plane(control_plane: Cluster) -> ControlPlane:
+    """The local control plane, whose audit log tells who sent what."""
+    if control_plane.plane is None:
+        pytest.skip("reads the local control plane's audit log")
+    return control_plane.plane
 
 
 def with_policies(*installed: Policies) -> pytest.MarkDecorator:

@@ -3,7 +3,10 @@ approval; another team's TrainJob approved with nothing raised; leadership, rest
 
 from __future__ import annotations
 
+import signal
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from datetime import datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
 from typing import Any, Final
@@ -11,8 +14,9 @@ from typing import Any, Final
 import pytest
 from kubernetes import client
 
-from dispatch_k8s.core.rules import wire
-from dispatch_k8s.core.rules.events import REFUSED
+from dispatch_k8s.core.rules import events, wire
+from dispatch_k8s.core.rules.errors import Fenced
+from tests.cluster.harness import ControlPlane
 from tests.cluster.wait import wait_until
 from tests.integration.history import History
 from tests.support.cluster_under_test import Cluster
@@ -27,7 +31,14 @@ from tests.support.lifecycle import (
     start_args,
     start_queued,
 )
-from tests.support.replicas import admitted, other_teams_trainjob, replicas, workload_of
+from tests.support.replicas import (
+    RENEW_DEADLINE,
+    admitted,
+    other_teams_trainjob,
+    replicas,
+    workload_of,
+    writes_after_the_deadline,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -39,6 +50,7 @@ def check_message(workload: dict[str, Any], check: str) -> str:
 
 def test_it_raises_once_approves_and_admits_another_teams_trainjob_as_it_is(
     control_plane: Cluster,
+    api_client: client.ApiClient,
     step: Step,
     kubelet: Kubelet,
     namespace: str,
@@ -62,6 +74,18 @@ def test_it_raises_once_approves_and_admits_another_teams_trainjob_as_it_is(
         )
         annotations = read_trainjob(custom, namespace, theirs)["metadata"].get("annotations")
         assert not any(key.startswith(wire.DOMAIN) for key in annotations or {})
+        # The replica's own Events on each Workload: its raise and its approval, once each.
+        told = {
+            job: _told_on_workload(api_client, namespace, workload["metadata"]["name"])
+            for job, workload in ((ours, mine), (theirs, other))
+        }
+        assert told[ours] == {
+            events.RAISED: [
+                events.raise_message(admission=1, restart=0, workload=mine["metadata"]["name"])
+            ],
+            events.APPROVED: ["dispatch: admission count raised to 1"],
+        }
+        assert told[theirs] == {events.APPROVED: [check_message(other, kueue.check)]}
         job = read_trainjob(custom, namespace, ours)
         assert job["metadata"]["annotations"][wire.ADMISSION_FLOOR_ANNOTATION] == "1"
         assert only.metric("dispatch_admission_raises_total") == 1
@@ -76,6 +100,45 @@ def test_it_raises_once_approves_and_admits_another_teams_trainjob_as_it_is(
         assert "dispatch-admission-controller" in active["message"]
         assert only.stop() == 0
     assert any(r["message"] == "released the leader Lease" for r in only.records())
+
+
+def test_a_check_with_parameters_is_marked_inactive_and_kueue_stops_its_queue(
+    control_plane: Cluster,
+    namespace: str,
+    kueue: KueueSetup,
+    custom: client.CustomObjectsApi,
+    tmp_path: Path,
+) -> None:
+    """A check asking for what the controller cannot do (spec.parameters) gets Active=False
+    with the reason, over the True the install wrote; Kueue then marks its ClusterQueue
+    inactive, so no Workload is admitted past a check nothing gates as asked."""
+    kueue.install(cpu="1")
+    parameters = {"apiGroup": "example.invalid", "kind": "Settings", "name": "any"}
+    custom.patch_cluster_custom_object(
+        *KUEUE, "admissionchecks", kueue.check, {"spec": {"parameters": parameters}}
+    )
+
+    def active_condition(plural: str, name: str) -> dict[str, Any]:
+        found = custom.get_cluster_custom_object(*KUEUE, plural, name)
+        assert isinstance(found, dict)
+        conditions = (found.get("status") or {}).get("conditions") or []
+        return dict(next(c for c in conditions if c["type"] == "Active"))
+
+    def inactive() -> dict[str, Any] | None:
+        found = active_condition("admissionchecks", kueue.check)
+        return found if found["status"] == "False" else None
+
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "only"):
+        active = wait_until(inactive, what="the check to be marked inactive", timeout=DEADLINE)
+        assert active["reason"] == "ParametersNotSupported"
+        assert "remove spec.parameters" in active["message"]
+        wait_until(
+            lambda: (
+                active_condition("clusterqueues", f"{namespace}-cq")["status"] == "False" or None
+            ),
+            what="Kueue to stop the check's ClusterQueue",
+            timeout=DEADLINE,
+        )
 
 
 def test_a_reservation_raised_for_before_a_restart_is_approved_without_a_second_raise(
@@ -135,9 +198,12 @@ def _start_all(
         return list(pool.map(start, ids))
 
 
+NO_AUDIT: Final = ("--no-audit",)
+
+
 @pytest.mark.timeout(1500)
-def test_a_burst_of_100_with_preemptions_and_the_leader_killed_keeps_r_rising(
-    control_plane: Cluster,
+def test_a_burst_of_100_with_preemptions_and_leaders_paused_and_killed_keeps_r_rising(
+    plane: ControlPlane,
     api_client: client.ApiClient,
     step: Step,
     namespace: str,
@@ -146,16 +212,27 @@ def test_a_burst_of_100_with_preemptions_and_the_leader_killed_keeps_r_rising(
     custom: client.CustomObjectsApi,
     tmp_path: Path,
 ) -> None:
+    """Three replicas under a burst with preemptions. The first leader is paused (SIGSTOP)
+    while the highs preempt the lows, until a standby has taken over; resumed, it writes
+    nothing after its renew deadline (the API server's audit log) and exits 75. Half-way
+    through the jobs' ends, the leader that took over is killed (SIGKILL) and the last
+    replica takes over. Every job's R strictly rises, A is raised once per reservation and
+    each reservation approved once."""
     low, high = f"{namespace}-low", f"{namespace}-high"
     kueue.install(cpu=str(QUOTA_CPUS), priorities={low: 10, high: 1000})
-    with (
-        History(api_client, namespace, check=kueue.check) as history,
+    user = f"{namespace}-paused"
+    audited = plane.audited_kubeconfig(user, tmp_path / f"{user}.kubeconfig")
+    with History(api_client, namespace, check=kueue.check) as history, ExitStack() as stack:
         # The gate alone: the auditor's own passes under a burst are its benchmark's to measure
         # (issue 24), and on two shared cores they shift when preempted jobs run again.
-        replicas(
-            control_plane.kubeconfig, namespace, tmp_path, "first", "second", extra=("--no-audit",)
-        ) as pair,
-    ):
+        # The replica to be paused leads first, and alone acts as the audited user.
+        (first,) = stack.enter_context(
+            replicas(audited, namespace, tmp_path, "first", extra=NO_AUDIT)
+        )
+        wait_until(lambda: first.leading() or None, what="the first replica to lead", timeout=30)
+        standbys = stack.enter_context(
+            replicas(plane.kubeconfig, namespace, tmp_path, "second", "third", extra=NO_AUDIT)
+        )
         lows = _start_all(
             step, namespace, torch_runtime, kueue, [f"low-{i}" for i in range(LOW_JOBS)], low
         )
@@ -169,27 +246,44 @@ def test_a_burst_of_100_with_preemptions_and_the_leader_killed_keeps_r_rising(
             step, namespace, torch_runtime, kueue, [f"high-{i}" for i in range(HIGH_JOBS)], high
         )
         wait_until(lambda: ran(QUOTA_CPUS + 3), what="highs to run", timeout=BURST_WAIT)
-        leader = wait_until(
-            lambda: next((r for r in pair if r.leading()), None), what="a leader", timeout=30
-        )
-        leader.kill()  # mid-burst: no release, no pass finished
-        standby = next(r for r in pair if r is not leader)
+        first.process.send_signal(signal.SIGSTOP)  # mid-burst, with passes in flight
+        paused = datetime.now().astimezone()
+        try:
+            successor = wait_until(
+                lambda: next((r for r in standbys if r.leading()), None),
+                what="a standby to take over from the paused leader",
+                timeout=BURST_WAIT,
+            )
+        finally:
+            first.process.send_signal(signal.SIGCONT)
+        assert first.process.wait(timeout=30) == Fenced.exit_code
 
         deleted: set[str] = set()
 
-        def finish_what_ran() -> bool | None:
+        def finish_what_ran(count: int) -> bool | None:
             """A job that has run is done (deleted): the highs first, then the lows."""
             waves = [highs, lows] if set(highs) - deleted else [lows]
             for name in waves[0]:
                 if name not in deleted and history.of(name):
                     _delete_trainjob(custom, namespace, name)
                     deleted.add(name)
-            return len(deleted) == LOW_JOBS + HIGH_JOBS or None
+            return len(deleted) >= count or None
 
-        wait_until(finish_what_ran, what="every job to run once", timeout=BURST_WAIT * 6)
-        assert standby.leading(), "the other replica took over"
-        assert standby.metric("dispatch_admission_approvals_total", 'kind="dispatch"') > 0
+        jobs = LOW_JOBS + HIGH_JOBS
+        wait_until(
+            lambda: finish_what_ran(jobs // 2), what="half the jobs to run", timeout=BURST_WAIT * 3
+        )
+        successor.kill()  # no release, no pass finished, lows being raised again
+        last = next(r for r in standbys if r is not successor)
+        wait_until(
+            lambda: finish_what_ran(jobs), what="every job to run once", timeout=BURST_WAIT * 6
+        )
+        assert last.leading(), "the last replica took over"
+        assert last.metric("dispatch_admission_approvals_total", 'kind="dispatch"') > 0
 
+    deadline, late = writes_after_the_deadline(plane.audit_events(user))
+    assert deadline < paused + RENEW_DEADLINE + timedelta(seconds=1)
+    assert late == [], "written after the paused replica's renew deadline had passed"
     for name in lows + highs:
         rs = [execution.r for execution in history.of(name)]
         assert rs, f"{name} never ran"
@@ -227,12 +321,28 @@ def kueue_events(api_client: client.ApiClient, namespace: str, name: str) -> dic
     return found
 
 
+def _told_on_workload(
+    api_client: client.ApiClient, namespace: str, workload: str
+) -> dict[str, list[str]]:
+    """The controller's raise and approval Events on a Workload, once its approval is told
+    (Events are posted from a thread of their own, after the approval)."""
+
+    def approval_told() -> dict[str, list[str]] | None:
+        found = kueue_events(api_client, namespace, workload)
+        ours: dict[str, list[str]] = {
+            r: found[r] for r in (events.RAISED, events.APPROVED) if r in found
+        }
+        return ours if events.APPROVED in ours else None
+
+    return wait_until(approval_told, what=f"the approval Event on {workload}", timeout=DEADLINE)
+
+
 def _refused_once(api_client: client.ApiClient, namespace: str, name: str) -> Any:
     def warned() -> list[Any] | None:
         listed = client.CoreV1Api(api_client).list_namespaced_event(
             namespace, field_selector=f"involvedObject.name={name}"
         )
-        found = [e for e in listed.items if e.reason == REFUSED]
+        found = [e for e in listed.items if e.reason == events.REFUSED]
         return found or None
 
     (event,) = wait_until(warned, what=f"the refusal Event on {name}", timeout=DEADLINE)
@@ -292,7 +402,9 @@ def test_a_trainjob_flagged_foreign_gets_its_check_state_and_the_reason_once(
 
         held = wait_until(settled, what=f"Kueue to act on {state}", timeout=DEADLINE)
         told = wait_until(
-            lambda: kueue_events(api_client, namespace, held["metadata"]["name"]).get(REFUSED),
+            lambda: kueue_events(api_client, namespace, held["metadata"]["name"]).get(
+                events.REFUSED
+            ),
             what="the refusal Event on the Workload",
             timeout=DEADLINE,
         )

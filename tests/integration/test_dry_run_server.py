@@ -12,13 +12,9 @@ from typing import Any, Final
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import wire
-from tests.cluster import kube
-from tests.cluster.wait import wait_until
 from tests.support.lifecycle import (
-    DEADLINE,
     TRAINER,
     Step,
     content,
@@ -26,88 +22,27 @@ from tests.support.lifecycle import (
     run_stage,
     start_args,
 )
+from tests.support.own_policy import applied, trainjob_update_policy, wait_refusing
 
 pytestmark = pytest.mark.integration
 REFUSAL: Final = "dispatch-k8s test: no TrainJob is opened here"
 
 
-def policy_documents(namespace: str) -> list[dict[str, Any]]:
-    """A policy that refuses any update opening a suspended TrainJob, bound to `namespace`."""
-    name = f"dispatch-k8s-test-no-open-{namespace}"
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [wire.TRAINER_GROUP],
-                        "apiVersions": ["*"],
-                        "operations": ["UPDATE"],
-                        "resources": ["trainjobs"],
-                    }
-                ]
-            },
-            "validations": [
-                {
-                    "expression": "!(oldObject.spec.?suspend.orValue(false) && "
-                    "!object.spec.?suspend.orValue(false))",
-                    "message": REFUSAL,
-                }
-            ],
-        },
-    }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name},
-        "spec": {
-            "policyName": name,
-            "validationActions": ["Deny"],
-            "matchResources": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
-            },
-        },
-    }
-    return [policy, binding]
-
-
 @pytest.fixture
 def no_opening(api_client: client.ApiClient, namespace: str) -> Iterator[None]:
-    """The refusing policy installed; removed before the namespace is (its deletion updates)."""
-    documents = policy_documents(namespace)
-    for document in documents:
-        kube.apply(api_client, document, namespace=None)
-    try:
+    """A policy that refuses any update opening a suspended TrainJob, bound to `namespace`."""
+    documents = trainjob_update_policy(
+        namespace,
+        f"dispatch-k8s-test-no-open-{namespace}",
+        "!(oldObject.spec.?suspend.orValue(false) && !object.spec.?suspend.orValue(false))",
+        REFUSAL,
+    )
+    with applied(api_client, documents):
         yield
-    finally:
-        for document in reversed(documents):
-            kube.delete(api_client, document, namespace=None)
 
 
-def wait_refusing(custom: client.CustomObjectsApi, namespace: str, name: str) -> None:
-    """Wait until the policy acts (its informer must see it): a dry-run opening is refused."""
-
-    def refused() -> bool | None:
-        job = read_trainjob(custom, namespace, name)
-        job["spec"]["suspend"] = False
-        try:
-            custom.replace_namespaced_custom_object(
-                *TRAINER, namespace, "trainjobs", name, job, dry_run="All"
-            )
-        except ApiException as e:
-            if REFUSAL in str(e.body):
-                return True
-            # Trainer wrote the status meanwhile (read again), or the shipped guard refused
-            # an opening raise-on-open has not raised yet: neither is this policy's answer.
-            if e.status == 409 or "dispatch-k8s guard" in str(e.body):
-                return None
-            raise
-        return None
-
-    wait_until(refused, what="the test's policy to refuse an opening", timeout=DEADLINE)
+def opened(job: dict[str, Any]) -> None:
+    job["spec"]["suspend"] = False
 
 
 def raised_events(namespace: str, name: str, api: client.ApiClient) -> list[client.CoreV1Event]:
@@ -173,7 +108,7 @@ def test_a_policy_refuses_a_server_dry_run_as_it_refuses_the_write(
     no_opening: None,
 ) -> None:
     name = started(step, namespace, torch_runtime, "refused-open")
-    wait_refusing(custom, namespace, name)
+    wait_refusing(custom, namespace, name, opened, REFUSAL)
     before = content(read_trainjob(custom, namespace, name))
     target = ["--namespace", namespace, "--name", name]
 

@@ -12,7 +12,7 @@ import signal
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import pytest
 from kubernetes import client
@@ -20,50 +20,19 @@ from kubernetes import client
 from dispatch_k8s.core.rules import wire
 from tests.cluster.harness import ControlPlane
 from tests.cluster.wait import wait_until
-from tests.support.cluster_under_test import Cluster
 from tests.support.lifecycle import TRAINER, Step, read_trainjob, run_stage, start_args
 from tests.support.proxy import proxied
-from tests.support.replicas import replicas
+from tests.support.replicas import (
+    LEASE_SECONDS,
+    RENEW_DEADLINE,
+    replicas,
+    writes_after_the_deadline,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.policies("none")]
-LEASE_SECONDS: Final = 6  # tests/support/replicas.py runs every replica with it
-RENEW_DEADLINE: Final = timedelta(seconds=LEASE_SECONDS * 2 / 3)
 RETRY_SECONDS: Final = LEASE_SECONDS / 5
-WRITES: Final = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 LEASE_NAME: Final = "dispatch-admission-controller"  # its --lease-name default
 EXITED: Final = 75  # transient: its Deployment starts it again, as a standby
-
-
-@pytest.fixture
-def plane(control_plane: Cluster) -> ControlPlane:
-    """The local control plane, whose audit log tells who sent what."""
-    if control_plane.plane is None:
-        pytest.skip("reads the local control plane's audit log")
-    return control_plane.plane
-
-
-def received(event: dict[str, Any]) -> datetime:
-    return datetime.fromisoformat(event["requestReceivedTimestamp"])
-
-
-def writes_after_the_deadline(events: list[dict[str, Any]]) -> tuple[datetime, list[str]]:
-    """The replica's deadline by the server's clock (its last renewal, which began earlier,
-    plus the renew deadline: later than its own), and each write received after it."""
-    renewals = [
-        e
-        for e in events
-        if e["objectRef"].get("resource") == "leases"
-        and e["verb"] in WRITES
-        and e["responseStatus"]["code"] in (200, 201)
-    ]
-    assert renewals, "the replica never took its Lease"
-    deadline = received(renewals[-1]) + RENEW_DEADLINE
-    late = [
-        f"{e['verb']} {e['requestURI']} at {e['requestReceivedTimestamp']}"
-        for e in events
-        if e["verb"] in WRITES and received(e) > deadline
-    ]
-    return deadline, late
 
 
 def lapsed(coordination: client.CoordinationV1Api, namespace: str) -> None:

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import signal
 import ssl
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
@@ -28,6 +30,9 @@ from tests.support.kueue_objects import KUEUE, KueueSetup, condition
 from tests.support.lifecycle import BIN, DEADLINE, TRAINER
 
 READY_TIMEOUT: Final = 60.0
+LEASE_SECONDS: Final = 6  # every replica's --lease-seconds
+RENEW_DEADLINE: Final = timedelta(seconds=LEASE_SECONDS * 2 / 3)  # its renew deadline
+WRITES: Final = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
 
 @dataclass
@@ -82,9 +87,17 @@ class Replica:
 
 @contextmanager
 def replicas(
-    kubeconfig: Path, namespace: str, log_dir: Path, *names: str, extra: tuple[str, ...] = ()
+    kubeconfig: Path,
+    namespace: str,
+    log_dir: Path,
+    *names: str,
+    extra: tuple[str, ...] = (),
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[list[Replica]]:
-    """Start one replica per name, gating `namespace` only, with the Lease there; stop all."""
+    """Start one replica per name, gating `namespace` only, with the Lease there; stop all.
+
+    `env` is set in each replica's environment, over the test's own (which it inherits, so
+    the replica runs the code under test: PYTHONPATH)."""
     started: list[Replica] = []
     try:
         for name, port in zip(names, free_ports(len(names)), strict=True):
@@ -96,11 +109,12 @@ def replicas(
                         *("--kubeconfig", str(kubeconfig)),
                         *("--namespaces", namespace, "--lease-namespace", namespace),
                         *("--identity", name, "--address", f"127.0.0.1:{port}"),
-                        *("--lease-seconds", "6", "--resync-seconds", "20"),
+                        *("--lease-seconds", str(LEASE_SECONDS), "--resync-seconds", "20"),
                         *extra,
                     ],
                     stdout=subprocess.DEVNULL,
                     stderr=sink,
+                    env={**os.environ, **(env or {})},
                 )
             started.append(Replica(name, port, log, process))
         for replica in started:
@@ -115,6 +129,32 @@ def replicas(
             if replica.process.poll() is None:
                 replica.process.kill()
                 replica.process.wait(timeout=30)
+
+
+def received(event: dict[str, Any]) -> datetime:
+    """When the API server received an audited request."""
+    return datetime.fromisoformat(event["requestReceivedTimestamp"])
+
+
+def writes_after_the_deadline(events: list[dict[str, Any]]) -> tuple[datetime, list[str]]:
+    """From one replica's audited requests (ControlPlane.audit_events): its deadline by the
+    server's clock (its last renewal, which began earlier, plus the renew deadline: later than
+    its own), and each write received after it."""
+    renewals = [
+        e
+        for e in events
+        if e["objectRef"].get("resource") == "leases"
+        and e["verb"] in WRITES
+        and e["responseStatus"]["code"] in (200, 201)
+    ]
+    assert renewals, "the replica never took its Lease"
+    deadline = received(renewals[-1]) + RENEW_DEADLINE
+    late = [
+        f"{e['verb']} {e['requestURI']} at {e['requestReceivedTimestamp']}"
+        for e in events
+        if e["verb"] in WRITES and received(e) > deadline
+    ]
+    return deadline, late
 
 
 def other_teams_trainjob(

@@ -146,9 +146,9 @@ def test_each_overlay_and_the_chart_install_from_nothing_and_uninstall_to_nothin
 class Pipeline:
     """The steps as a pipeline runs them: the installed ServiceAccount's token."""
 
-    def __init__(self, fresh_plane: FreshPlane, work: Path) -> None:
+    def __init__(self, plane: FreshPlane, work: Path) -> None:
         self.kubeconfig = account_kubeconfig(
-            fresh_plane.api, fresh_plane.kubeconfig, NAMESPACE, STEPS, work / "steps.kubeconfig"
+            plane.api, plane.kubeconfig, NAMESPACE, STEPS, work / "steps.kubeconfig"
         )
 
     def __call__(self, name: str, *args: str) -> StepRun:
@@ -185,15 +185,15 @@ def delete_trainjobs(custom: client.CustomObjectsApi, names: list[str]) -> None:
 
 
 def test_a_plain_lifecycle_runs_through_what_config_plain_installed(
-    fresh_plane: FreshPlane, tmp_path: Path
+    own_plane: FreshPlane, tmp_path: Path
 ) -> None:
-    api, admin = fresh_plane.api, fresh_plane.kubeconfig
+    api, admin = own_plane.api, own_plane.kubeconfig
     custom, kubelet = client.CustomObjectsApi(api), Kubelet(api, NAMESPACE)
     before = kube.everything(api)
     overlay = admin_overlay(tmp_path / "overlay", dist.CONFIG / "plain")
     kubectl("apply", "--server-side", "-k", str(overlay), kubeconfig=admin)
     wait_acting(api, RUNTIME)
-    step = Pipeline(fresh_plane, tmp_path)
+    step = Pipeline(own_plane, tmp_path)
 
     name = step.start("installed-plain")
     target = ["--namespace", NAMESPACE, "--name", name]
@@ -238,12 +238,12 @@ def test_a_plain_lifecycle_runs_through_what_config_plain_installed(
 
 
 def test_an_upgrade_from_the_previous_bundle_keeps_a_running_job_identity(
-    fresh_plane: FreshPlane, tmp_path: Path
+    own_plane: FreshPlane, tmp_path: Path
 ) -> None:
     previous = dist.previous("install-kueue.yaml")
     if previous is None:
         pytest.skip("no earlier dist/install-kueue.yaml in this checkout's history")
-    api, admin = fresh_plane.api, fresh_plane.kubeconfig
+    api, admin = own_plane.api, own_plane.kubeconfig
     custom, kubelet = client.CustomObjectsApi(api), Kubelet(api, NAMESPACE)
     before = kube.everything(api)
     old = bundle_overlay(tmp_path / "previous", previous)
@@ -251,7 +251,7 @@ def test_an_upgrade_from_the_previous_bundle_keeps_a_running_job_identity(
     for document in QUEUES:
         kube.apply(api, document, namespace=NAMESPACE)
     wait_acting(api, RUNTIME)
-    step = Pipeline(fresh_plane, tmp_path)
+    step = Pipeline(own_plane, tmp_path)
 
     with installed_controller(api, admin, tmp_path / "previous") as controller:
         running = step.start("before-upgrade", **QUEUED)

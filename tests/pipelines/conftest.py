@@ -40,19 +40,34 @@ class FreshPlane:
     api: client.ApiClient
 
 
-@pytest.fixture(scope="module")
-def fresh_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshPlane]:
-    """A local control plane started for the module alone (no node: nothing there runs pods).
-    The installs tested on it create objects with the names the session's fixtures give theirs
-    (the policies, the torch runtime, dispatch-system), and their uninstalls delete them."""
+@contextlib.contextmanager
+def _plane(run_dir: Path) -> Iterator[FreshPlane]:
     if os.environ.get(EXISTING_CLUSTER_ENV):
         pytest.skip("installed and removed on a local control plane of its own")
-    with ControlPlane(tmp_path_factory.mktemp("install-plane")) as plane:
+    with ControlPlane(run_dir) as plane:
         api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
             config_file=str(plane.kubeconfig)
         )
         with contextlib.closing(api):
             yield FreshPlane(plane.kubeconfig, api)
+
+
+@pytest.fixture(scope="module")
+def fresh_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshPlane]:
+    """A local control plane started for the module alone (no node: nothing there runs pods).
+    The installs tested on it create objects with the names the session's fixtures give theirs
+    (the policies, the torch runtime, dispatch-system), and their uninstalls delete them."""
+    with _plane(tmp_path_factory.mktemp("install-plane")) as plane:
+        yield plane
+
+
+@pytest.fixture
+def own_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshPlane]:
+    """As fresh_plane, for one test alone: an install whose policies must act, on an API
+    server where none was installed and removed before (kubernetes/kubernetes#133827: after
+    that, a binding re-made with its ConfigMap finds no parameters, docs/install.md)."""
+    with _plane(tmp_path_factory.mktemp("install-plane")) as plane:
+        yield plane
 
 
 @pytest.fixture(scope="session")

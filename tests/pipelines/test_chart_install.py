@@ -19,13 +19,12 @@ from tests.cluster import kube
 from tests.cluster.wait import wait_until
 from tests.pipelines.conftest import FreshPlane
 from tests.support import chart
+from tests.support.installed import CONTROLLER, EVENT_KINDS
 
 pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]
 
 RELEASE: Final = "dispatch-k8s"
 RELEASE_NAMESPACE: Final = "default"  # where helm keeps the release's records (Secrets)
-EVENT_KINDS: Final = {("v1", "Event"), ("events.k8s.io/v1", "Event")}
-CONTROLLER: Final = ("apps/v1", "Deployment", "dispatch-system", "dispatch-admission-controller")
 NEXT: Final = [
     "image.repository=registry.example/team/dispatch-k8s",
     "image.tag=9.9",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Final
 
 import pytest
 from kubernetes import client
@@ -19,12 +18,10 @@ from tests.cluster import kube
 from tests.cluster.wait import wait_until
 from tests.pipelines.conftest import FreshPlane
 from tests.support import dist
+from tests.support.installed import CONTROLLER, EVENT_KINDS
 from tests.support.shipped import Manifest, default_image
 
 pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]
-
-EVENT_KINDS: Final = {("v1", "Event"), ("events.k8s.io/v1", "Event")}
-CONTROLLER: Final = ("apps/v1", "Deployment", "dispatch-system", "dispatch-admission-controller")
 
 
 def apply_all(api: client.ApiClient, objects: list[Manifest]) -> dict[kube.Key, tuple[str, str]]:

@@ -14,7 +14,7 @@ import ssl
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -85,6 +85,38 @@ class Replica:
         return self.process.wait(timeout=60)
 
 
+def launch(
+    name: str, port: int, log_dir: Path, argv: Sequence[str], env: Mapping[str, str] | None = None
+) -> Replica:
+    """Start one `dispatch-admission-controller ARGV` (its probes on 127.0.0.1:`port`), its log
+    lines to LOG_DIR/NAME.log; with `env` as its whole environment when given."""
+    log = log_dir / f"{name}.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [str(BIN / "dispatch-admission-controller"), *argv],
+            stdout=subprocess.DEVNULL,
+            stderr=sink,
+            env=env,
+        )
+    return Replica(name, port, log, process)
+
+
+def wait_ready(replica: Replica) -> None:
+    """Wait until the replica's /readyz answers 200."""
+    wait_until(
+        lambda: replica.get("/readyz")[0] == 200 or None,
+        what=f"controller {replica.identity} to be ready",
+        timeout=READY_TIMEOUT,
+    )
+
+
+def end(replica: Replica) -> None:
+    """SIGKILL a replica still running (a test that failed before it stopped it)."""
+    if replica.process.poll() is None:
+        replica.process.kill()
+        replica.process.wait(timeout=30)
+
+
 @contextmanager
 def replicas(
     kubeconfig: Path,
@@ -101,34 +133,20 @@ def replicas(
     started: list[Replica] = []
     try:
         for name, port in zip(names, free_ports(len(names)), strict=True):
-            log = log_dir / f"{name}.log"
-            with log.open("wb") as sink:
-                process = subprocess.Popen(
-                    [
-                        str(BIN / "dispatch-admission-controller"),
-                        *("--kubeconfig", str(kubeconfig)),
-                        *("--namespaces", namespace, "--lease-namespace", namespace),
-                        *("--identity", name, "--address", f"127.0.0.1:{port}"),
-                        *("--lease-seconds", str(LEASE_SECONDS), "--resync-seconds", "20"),
-                        *extra,
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=sink,
-                    env={**os.environ, **(env or {})},
-                )
-            started.append(Replica(name, port, log, process))
+            argv = [
+                *("--kubeconfig", str(kubeconfig)),
+                *("--namespaces", namespace, "--lease-namespace", namespace),
+                *("--identity", name, "--address", f"127.0.0.1:{port}"),
+                *("--lease-seconds", str(LEASE_SECONDS), "--resync-seconds", "20"),
+                *extra,
+            ]
+            started.append(launch(name, port, log_dir, argv, env={**os.environ, **(env or {})}))
         for replica in started:
-            wait_until(
-                lambda r=replica: r.get("/readyz")[0] == 200 or None,  # type: ignore[misc]
-                what=f"controller {replica.identity} to be ready",
-                timeout=READY_TIMEOUT,
-            )
+            wait_ready(replica)
         yield started
     finally:
         for replica in started:
-            if replica.process.poll() is None:
-                replica.process.kill()
-                replica.process.wait(timeout=30)
+            end(replica)
 
 
 def received(event: dict[str, Any]) -> datetime:

@@ -65,8 +65,11 @@ def resolve_downward_env(
         value_from = var["valueFrom"]
         assert isinstance(value_from, Mapping)
         path = str(value_from["fieldRef"]["fieldPath"])
-        kind, _, key = path.partition("['")
-        source = metadata.get(kind.removeprefix("metadata.")) or {}
-        assert isinstance(source, Mapping)
-        resolved[name] = str(source.get(key.removesuffix("']"), ""))
+        field, _, key = path.partition("['")
+        value = metadata.get(field.removeprefix("metadata."))
+        if key:  # one label or annotation; else a field itself (metadata.name)
+            source = value or {}
+            assert isinstance(source, Mapping)
+            value = source.get(key.removesuffix("']"))
+        resolved[name] = "" if value is None else str(value)
     return resolved

@@ -1,0 +1,305 @@
+"""What config/, dist/ and the chart install, used as a cluster admin and a pipeline use it, on a
+control plane of this module's own (tests/pipelines/test_dist_install.py says why):
+
+- each overlay that installs alone, and the chart with every option on, installed from nothing
+  with the pinned kubectl and helm as the admin, its objects there and the controller's pods
+  made and admitted, then removed to nothing but Events;
+- a plain lifecycle through config/plain: the steps as the installed ServiceAccount, the
+  installed policies refusing a forbidden write and raising A on an opening by hand;
+- an upgrade from the previous Kueue bundle to the current one under a running job: the
+  installed controller (tests/support/installed.py) raises and approves its admission once, the
+  job's execution keeps its identity across the upgrade, the next one's R is above it, and the
+  upgraded controller admits the next job; then the uninstall leaves only Events and the
+  ledger's ConfigMaps (docs/install.md).
+
+Every install goes through the admin's overlay over the shipped one, which names this plane's
+controllers for the path guard and changes nothing else (tests/support/installed.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+from kubernetes import client
+
+from dispatch_k8s.core.rules import wire
+from tests.cluster import crds, kube
+from tests.cluster.wait import wait_until
+from tests.pipelines.conftest import FreshPlane
+from tests.support import chart, dist
+from tests.support.installed import (
+    CONTROLLER,
+    account_kubeconfig,
+    admin_overlay,
+    bundle_overlay,
+    installed_controller,
+    kubectl,
+    ledger_keys,
+    logged,
+    wait_for_controller_pods,
+    wait_left,
+)
+from tests.support.kueue_objects import check_state
+from tests.support.lifecycle import (
+    DEADLINE,
+    JOBSET,
+    TRAINER,
+    Kubelet,
+    StepRun,
+    edit_trainjob,
+    read_trainjob,
+    run_stage,
+    run_step,
+    start_args,
+    wait_for_drained_jobset,
+)
+from tests.support.policies import refused_with, wait_acting
+from tests.support.replicas import Replica, admitted
+from tests.support.shipped import PIPELINES, TORCH_RUNTIME, default_image, documents
+
+pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]
+
+NAMESPACE: Final = "default"  # where config/ puts the steps' identity
+STEPS: Final = "dispatch-steps"
+RUNTIME: Final = str(documents(TORCH_RUNTIME)[0]["metadata"]["name"])
+CHECK: Final = "dispatch-admission"
+# The overlays that install alone beside plain and kueue (the lifecycles' own): every one on
+# this 1.36 plane, with the engines' and prometheus-operator's CRDs installed first.
+ALONE: Final = ("policies-guard-only", "monitoring", "argo", "tekton")
+CHART_VALUES: Final = ["monitoring.enabled=true", "argo.enabled=true", "tekton.enabled=true"]
+QUEUES: Final = [
+    d
+    for name in ("example-queues.yaml", "example-local-queue.yaml")
+    for d in documents(PIPELINES / "kueue" / name)
+]
+QUEUED: Final = {"queue": "training", "resources_per_node": '{"requests":{"cpu":"1"}}'}
+
+
+@pytest.fixture(scope="module")
+def engine_crds(fresh_plane: FreshPlane) -> list[str]:
+    """Argo's, Tekton's and prometheus-operator's CRDs on the module's plane."""
+    return crds.install(fresh_plane.api)
+
+
+def assert_installed(api: client.ApiClient, keys: set[kube.Key]) -> None:
+    """Every object is stored; the controller's Deployment, where installed, has made its
+    pods, admitted under its namespace's Pod Security, as its ServiceAccount, of the image."""
+    missing = sorted(k for k in keys if kube.stored(api, k) is None)
+    assert not missing, missing
+    if CONTROLLER in keys:
+        for pod in wait_for_controller_pods(api):
+            spec = pod["spec"]
+            assert spec["serviceAccountName"] == CONTROLLER[3]
+            assert [c["image"] for c in spec["containers"]] == [default_image()]
+
+
+def stored_uids(api: client.ApiClient, keys: set[kube.Key]) -> dict[kube.Key, str]:
+    """By key, the uid of each object the server holds."""
+    found = {}
+    for k in keys:
+        o = kube.stored(api, k)
+        if o is not None:
+            found[k] = str(o["metadata"]["uid"])
+    return found
+
+
+def wait_gone(api: client.ApiClient, keys: set[kube.Key]) -> None:
+    wait_until(
+        lambda: all(kube.stored(api, k) is None for k in keys) or None,
+        what="every installed object gone",
+        timeout=DEADLINE,
+    )
+
+
+def test_each_overlay_and_the_chart_install_from_nothing_and_uninstall_to_nothing(
+    fresh_plane: FreshPlane, engine_crds: list[str], tmp_path: Path
+) -> None:
+    api, admin = fresh_plane.api, fresh_plane.kubeconfig
+    before = kube.everything(api)
+    for overlay in ALONE:
+        directory = dist.CONFIG / overlay
+        keys = {kube.key(o) for o in dist.objects(dist.build(directory))}
+        assert not keys & before, f"{overlay}: from nothing"
+        kubectl("apply", "--server-side", "-k", str(directory), kubeconfig=admin)
+        assert_installed(api, keys)
+        kubectl("delete", "-k", str(directory), kubeconfig=admin)
+        wait_gone(api, keys)
+        wait_left(api, before, lambda _: False)
+
+    home = tmp_path / "helm"
+    keys = set(chart.by_key(chart.template(CHART_VALUES, home=home)))
+    assert {k[1] for k in keys} >= {"ServiceMonitor", "WorkflowTemplate", "Pipeline"}
+    sets = [arg for value in CHART_VALUES for arg in ("--set", value)]
+    where = ["--namespace", NAMESPACE]
+    chart.run_helm(
+        "install", "dispatch-k8s", str(chart.CHART), *sets, *where, home=home, kubeconfig=admin
+    )
+    assert_installed(api, keys)
+    chart.run_helm("uninstall", "dispatch-k8s", *where, home=home, kubeconfig=admin)
+    wait_gone(api, keys)
+    wait_left(api, before, lambda _: False)
+
+
+class Pipeline:
+    """The steps as a pipeline runs them: the installed ServiceAccount's token."""
+
+    def __init__(self, plane: FreshPlane, work: Path) -> None:
+        self.kubeconfig = account_kubeconfig(
+            plane.api, plane.kubeconfig, NAMESPACE, STEPS, work / "steps.kubeconfig"
+        )
+
+    def __call__(self, name: str, *args: str) -> StepRun:
+        return run_step(name, *args, kubeconfig=self.kubeconfig)
+
+    def start(self, job_id: str, **extra: str) -> str:
+        started = self("start", *start_args(NAMESPACE, RUNTIME, job_id, **extra))
+        assert started.code == 0, started.error
+        return str(started.result["name"])
+
+
+def gated_once(controller: Replica, name: str) -> None:
+    """The controller raised A once, to 1, for TrainJob `name` alone, approved one Workload,
+    and nothing it asked was refused (the installed RBAC is enough)."""
+    raised = logged(controller, "raised admission")
+    assert [(r["trainjob"], r["admission"]) for r in raised] == [(name, 1)], raised
+    assert len(logged(controller, "approved")) == 1
+    assert not [r for r in controller.records() if "403 Forbidden" in json.dumps(r)]
+
+
+def delete_trainjobs(custom: client.CustomObjectsApi, names: list[str]) -> None:
+    """What a user deletes before uninstalling: their TrainJobs (and so their JobSets)."""
+    for name in names:
+        custom.delete_namespaced_custom_object(
+            *TRAINER, NAMESPACE, "trainjobs", name, propagation_policy="Foreground"
+        )
+
+    def gone() -> bool | None:
+        listed = custom.list_namespaced_custom_object(*TRAINER, NAMESPACE, "trainjobs")
+        assert isinstance(listed, dict)
+        return not listed["items"] or None
+
+    wait_until(gone, what="the TrainJobs deleted", timeout=DEADLINE)
+
+
+def test_a_plain_lifecycle_runs_through_what_config_plain_installed(
+    own_plane: FreshPlane, tmp_path: Path
+) -> None:
+    api, admin = own_plane.api, own_plane.kubeconfig
+    custom, kubelet = client.CustomObjectsApi(api), Kubelet(api, NAMESPACE)
+    before = kube.everything(api)
+    overlay = admin_overlay(tmp_path / "overlay", dist.CONFIG / "plain")
+    kubectl("apply", "--server-side", "-k", str(overlay), kubeconfig=admin)
+    wait_acting(api, RUNTIME)
+    step = Pipeline(own_plane, tmp_path)
+
+    name = step.start("installed-plain")
+    target = ["--namespace", NAMESPACE, "--name", name]
+    opened = run_stage(step, "unsuspend", *target)
+    assert opened.code == 0, opened.error
+    pod = kubelet.wait_for_pod(name, restart=0, admission=1)
+    first = kubelet.execute(pod)
+    assert (first.admission, first.restart) == (1, 0)
+
+    # The installed guard refuses even the admin: a new JobSet would count J from 0 again.
+    refused_with(
+        "keep-jobset",
+        lambda: custom.delete_namespaced_custom_object(*JOBSET, NAMESPACE, "jobsets", name),
+    )
+
+    kubelet.set_phase(pod, "Failed")  # JobSet restarts the execution: J = 1
+    restarted = kubelet.execute(kubelet.wait_for_pod(name, restart=1, admission=1))
+    assert (restarted.admission, restarted.restart) == (1, 1)
+
+    held = run_stage(step, "hold", *target)
+    assert held.code == 0, held.error
+    wait_for_drained_jobset(api, NAMESPACE, name)
+
+    # Opened by hand, not by a step: the installed MutatingAdmissionPolicy raises A.
+    def open_it(job: dict[str, Any]) -> None:
+        job["spec"]["suspend"] = False
+
+    edit_trainjob(custom, NAMESPACE, name, open_it)
+    annotations = read_trainjob(custom, NAMESPACE, name)["metadata"]["annotations"]
+    floor = int(annotations[wire.ADMISSION_FLOOR_ANNOTATION])
+    assert floor > 1
+    third = kubelet.execute(kubelet.wait_for_pod(name, restart=1, admission=floor))
+    epochs = [first.epoch, restarted.epoch, third.epoch]
+    assert first.r < restarted.r < third.r
+    assert epochs == sorted(set(epochs)), epochs
+
+    delete_trainjobs(custom, [name])
+    kept = ledger_keys(api, NAMESPACE)
+    assert kept, "start keeps its ledger"
+    kubectl("delete", "-k", str(overlay), kubeconfig=admin)
+    wait_left(api, before, kept.__contains__)
+
+
+def test_an_upgrade_from_the_previous_bundle_keeps_a_running_job_identity(
+    own_plane: FreshPlane, tmp_path: Path
+) -> None:
+    previous = dist.previous("install-kueue.yaml")
+    if previous is None:
+        pytest.skip("no earlier dist/install-kueue.yaml in this checkout's history")
+    api, admin = own_plane.api, own_plane.kubeconfig
+    custom, kubelet = client.CustomObjectsApi(api), Kubelet(api, NAMESPACE)
+    before = kube.everything(api)
+    old = bundle_overlay(tmp_path / "previous", previous)
+    kubectl("apply", "--server-side", "-k", str(old), kubeconfig=admin)
+    for document in QUEUES:
+        kube.apply(api, document, namespace=NAMESPACE)
+    wait_acting(api, RUNTIME)
+    step = Pipeline(own_plane, tmp_path)
+
+    with installed_controller(api, admin, tmp_path / "previous") as controller:
+        running = step.start("before-upgrade", **QUEUED)
+        workload = admitted(custom, NAMESPACE, running)
+        assert check_state(workload, CHECK) == "Ready"
+        pod = kubelet.wait_for_pod(running, restart=0, admission=1)
+        first = kubelet.execute(pod)
+        assert (first.admission, first.restart) == (1, 0)
+        gated_once(controller, running)
+        assert controller.stop() == 0  # the rollout stops the old template's pods
+
+    uids = stored_uids(api, {kube.key(o) for o in dist.objects(previous)})
+    current = (dist.DIST / "install-kueue.yaml").read_text()
+    new = bundle_overlay(tmp_path / "current", current)
+    kubectl("apply", "--server-side", "-k", str(new), kubeconfig=admin)
+    keys = {kube.key(o) for o in dist.objects(current)}
+    assert_installed(api, keys)
+    assert stored_uids(api, keys & set(uids)) == {k: uids[k] for k in keys & set(uids)}
+    (deployment,) = [o for o in dist.objects(current) if kube.key(o) == CONTROLLER]
+    stored = kube.stored(api, CONTROLLER)
+    assert stored is not None
+    (want,) = deployment["spec"]["template"]["spec"]["containers"]
+    (got,) = stored["spec"]["template"]["spec"]["containers"]
+    assert got["args"] == want["args"]
+
+    # The running execution is untouched: the same pod, the same A and J, the same identity.
+    (same,) = [p for p in kubelet.pods(running) if p["metadata"]["uid"] == pod["metadata"]["uid"]]
+    assert kubelet.execute(same) == first
+    annotations = read_trainjob(custom, NAMESPACE, running)["metadata"]["annotations"]
+    assert annotations[wire.ADMISSION_FLOOR_ANNOTATION] == "1"
+
+    with installed_controller(api, admin, tmp_path / "current") as controller:
+        kubelet.set_phase(same, "Failed")  # JobSet restarts it under the upgraded guard
+        restarted = kubelet.execute(kubelet.wait_for_pod(running, restart=1, admission=1))
+        assert restarted.r == first.r + 1
+        assert restarted.epoch > first.epoch
+        # The next job goes through the upgraded controller alone.
+        after = step.start("after-upgrade", **QUEUED)
+        assert check_state(admitted(custom, NAMESPACE, after), CHECK) == "Ready"
+        later = kubelet.execute(kubelet.wait_for_pod(after, restart=0, admission=1))
+        assert later.r == 1
+        gated_once(controller, after)  # the restarted job needed no raise
+        assert controller.stop() == 0
+
+    delete_trainjobs(custom, [running, after])
+    kept = ledger_keys(api, NAMESPACE)
+    # docs/install.md: the check off the ClusterQueues (here, the queues gone) before deleting.
+    for document in reversed(QUEUES):
+        kube.delete(api, document, namespace=NAMESPACE)
+    kubectl("delete", "-k", str(new), kubeconfig=admin)
+    wait_left(api, before, kept.__contains__)

@@ -1,0 +1,205 @@
+"""dispatch-k8s installed as a cluster admin installs it (docs/install.md), and run through what
+was installed: the pinned kubectl with the admin's kubeconfig, the installed ServiceAccounts'
+tokens (TokenRequest API), and the installed controller's own command line.
+
+The admin's overlay: every overlay and bundle names upstream's controller identities in the
+ConfigMap `dispatch-k8s-controllers` (pipelines/policies/controllers.yaml), which the path guard
+trusts. The local control plane runs Trainer, JobSet, Kueue and kube-controller-manager as
+other users (tests/support/policies.py), so the admin's overlay over the shipped one names
+those, as docs/policies.md tells an admin whose controllers run under other names; nothing else
+is changed. Without it the guard would refuse the JobSet controller's Jobs.
+
+The installed controller on a plane without a node: its Deployment's pods are made by the
+ReplicaSet, admitted under the namespace's Pod Security `restricted`, and stay unscheduled. The
+test plays one of them: it runs the pod's own command and arguments, with the pod's Downward API
+environment and a token of the pod's ServiceAccount. Only the listen addresses move from
+0.0.0.0 to free loopback ports: nothing here listens beyond 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+from kubernetes import client
+
+from dispatch_k8s.core.rules import wire
+from tests.cluster import kube
+from tests.cluster.process import LOOPBACK, free_ports
+from tests.cluster.wait import wait_until
+from tests.support.kubectl import HOW_TO_BUILD, find_kubectl
+from tests.support.lifecycle import DEADLINE, as_dict
+from tests.support.policies import (
+    CONTROLLERS_NAME,
+    CONTROLLERS_NAMESPACE,
+    HARNESS_CONTROLLERS,
+    for_tests,
+    shipped,
+)
+from tests.support.replicas import Replica, end, launch, wait_ready
+from tests.support.shells import resolve_downward_env
+from tests.support.step_identity import service_account_token, token_kubeconfig
+
+CONTROLLER: Final = ("apps/v1", "Deployment", "dispatch-system", "dispatch-admission-controller")
+REVISION: Final = "deployment.kubernetes.io/revision"
+# The controller's listeners (its Deployment's args), moved to loopback here.
+LISTENERS: Final = ("--address", "--metrics-address")
+EVENT_KINDS: Final = {("v1", "Event"), ("events.k8s.io/v1", "Event")}
+
+
+def kubectl(*args: str, kubeconfig: Path) -> str:
+    """Run the pinned kubectl as the cluster's admin; its stdout."""
+    binary = find_kubectl()
+    assert binary is not None, f"scripts/setup builds kubectl: {HOW_TO_BUILD}"
+    done = subprocess.run(
+        [str(binary), "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr.strip()}"
+    return done.stdout
+
+
+def admin_overlay(directory: Path, resource: Path) -> Path:
+    """The admin's kustomization in `directory`: `resource` (an overlay of config/, or a bundle
+    file under `directory`) with this cluster's controllers named."""
+    (shipped_map,) = [d for d in shipped() if d["metadata"]["name"] == CONTROLLERS_NAME]
+    patch = for_tests(shipped_map, HARNESS_CONTROLLERS)
+    patch["metadata"] = {"name": CONTROLLERS_NAME, "namespace": CONTROLLERS_NAMESPACE}
+    directory.mkdir(parents=True, exist_ok=True)
+    kustomization = {
+        "resources": [os.path.relpath(resource, directory)],
+        "patches": [{"patch": yaml.safe_dump(patch)}],
+    }
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    return directory
+
+
+def bundle_overlay(directory: Path, text: str) -> Path:
+    """The admin's kustomization over a bundle's text (dist/, or an earlier one)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "bundle.yaml").write_text(text)
+    return admin_overlay(directory, directory / "bundle.yaml")
+
+
+def account_kubeconfig(
+    api: client.ApiClient, admin_kubeconfig: Path, namespace: str, account: str, path: Path
+) -> Path:
+    """A kubeconfig holding a token of the installed ServiceAccount `namespace/account` only."""
+    return token_kubeconfig(admin_kubeconfig, service_account_token(api, namespace, account), path)
+
+
+def controller_pods(api: client.ApiClient) -> list[dict[str, Any]]:
+    """The pods of the controller Deployment's newest ReplicaSet (its current template), once
+    that ReplicaSet has made as many as it wants: all `replicas` on an install; on an upgrade
+    the one its surge allows, as the old pods never become ready on a plane without a node."""
+    _, _, namespace, name = CONTROLLER
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    deployment = as_dict(apps.read_namespaced_deployment(name, namespace))
+    revision = deployment["metadata"].get("annotations", {}).get(REVISION)
+    selector = ",".join(
+        f"{k}={v}" for k, v in deployment["spec"]["selector"]["matchLabels"].items()
+    )
+    sets = as_dict(apps.list_namespaced_replica_set(namespace, label_selector=selector))["items"]
+    newest = [s for s in sets if s["metadata"].get("annotations", {}).get(REVISION) == revision]
+    if not newest or not newest[0]["spec"].get("replicas"):
+        return []
+    template = newest[0]["metadata"]["labels"]["pod-template-hash"]
+    pods = as_dict(
+        core.list_namespaced_pod(namespace, label_selector=f"pod-template-hash={template}")
+    )["items"]
+    return pods if len(pods) == newest[0]["spec"]["replicas"] else []
+
+
+def wait_for_controller_pods(api: client.ApiClient) -> list[dict[str, Any]]:
+    """controller_pods, once the ReplicaSet has made them."""
+    return wait_until(
+        lambda: controller_pods(api) or None,
+        what="the controller Deployment's pods",
+        timeout=DEADLINE,
+    )
+
+
+def _on_loopback(args: list[str]) -> tuple[list[str], int]:
+    """The Deployment's args with each listener on a free loopback port; the probes' port."""
+    moved, ports = [], iter(free_ports(len(LISTENERS)))
+    probes = 0
+    for arg in args:
+        flag, _, _ = arg.partition("=")
+        if flag in LISTENERS:
+            port = next(ports)
+            probes = port if flag == "--address" else probes
+            arg = f"{flag}={LOOPBACK}:{port}"
+        moved.append(arg)
+    assert probes, f"the installed args name no --address: {args}"
+    return moved, probes
+
+
+@contextmanager
+def installed_controller(
+    api: client.ApiClient, admin_kubeconfig: Path, work: Path
+) -> Iterator[Replica]:
+    """One pod of the installed controller Deployment's current template, played as a process
+    (the module docstring): ready on its probes' port; killed if still running at the end."""
+    pod = wait_for_controller_pods(api)[0]
+    spec, name = pod["spec"], pod["metadata"]["name"]
+    (container,) = spec["containers"]
+    assert container["command"] == ["dispatch-admission-controller"], container["command"]
+    kubeconfig = account_kubeconfig(
+        api,
+        admin_kubeconfig,
+        pod["metadata"]["namespace"],
+        spec["serviceAccountName"],
+        work / f"{name}.kubeconfig",
+    )
+    args, port = _on_loopback(container.get("args") or [])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")}
+    env |= resolve_downward_env(container.get("env") or [], pod)
+    replica = launch(name, port, work, [*args, "--kubeconfig", str(kubeconfig)], env)
+    try:
+        wait_ready(replica)
+        yield replica
+    finally:
+        end(replica)
+
+
+def logged(replica: Replica, message: str) -> list[dict[str, Any]]:
+    """The replica's log records with this message."""
+    return [r for r in replica.records() if r.get("message") == message]
+
+
+def ledger_keys(api: client.ApiClient, namespace: str) -> set[kube.Key]:
+    """The start ledger's ConfigMaps in `namespace`: made by the steps, kept by design."""
+    listed = as_dict(
+        client.CoreV1Api(api).list_namespaced_config_map(
+            namespace, label_selector=wire.LEDGER_LABEL
+        )
+    )
+    return {("v1", "ConfigMap", namespace, i["metadata"]["name"]) for i in listed["items"]}
+
+
+def wait_left(
+    api: client.ApiClient, before: set[kube.Key], kept: Callable[[kube.Key], bool]
+) -> set[kube.Key]:
+    """Once only Events and what `kept` allows are left beyond `before` (a namespace finishes
+    deleting meanwhile), what is left."""
+
+    def settled() -> set[kube.Key] | None:
+        left = kube.everything(api) - before
+        stray = {k for k in left if (k[0], k[1]) not in EVENT_KINDS and not kept(k)}
+        return None if stray else left
+
+    try:
+        return wait_until(settled, what="nothing left but Events", timeout=DEADLINE)
+    except AssertionError:
+        left = kube.everything(api) - before
+        raise AssertionError(
+            sorted(k for k in left if (k[0], k[1]) not in EVENT_KINDS and not kept(k))
+        ) from None

@@ -4,7 +4,6 @@ test's namespace (docs/development.md, "Commands in the docs")."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -13,7 +12,7 @@ import pytest
 
 from tests.support import snippets
 from tests.support.cluster_under_test import Cluster
-from tests.support.kubectl import HOW_TO_BUILD, find_kubectl
+from tests.support.kubectl import HOW_TO_BUILD, find_kubectl, run_kubectl
 
 pytestmark = pytest.mark.integration
 
@@ -26,18 +25,6 @@ _CLUSTER_WIDE: Final = (
 )
 
 
-def _kubectl(kubectl: Path, kubeconfig: Path, *args: str) -> str:
-    done = subprocess.run(
-        [str(kubectl), "--kubeconfig", str(kubeconfig), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stdout}{done.stderr}"
-    return done.stdout.strip()
-
-
 @pytest.fixture
 def kubectl(control_plane: Cluster) -> Iterator[Path]:
     """The pinned kubectl, with none of the blocks' cluster-wide objects before the test nor
@@ -46,13 +33,15 @@ def kubectl(control_plane: Cluster) -> Iterator[Path]:
     found = find_kubectl()
     assert found is not None, f"scripts/setup builds kubectl: {HOW_TO_BUILD}"
     config = control_plane.kubeconfig
-    held = _kubectl(found, config, "get", *_CLUSTER_WIDE, "--ignore-not-found", "-o", "name")
+    held = run_kubectl(
+        "get", *_CLUSTER_WIDE, "--ignore-not-found", "-o", "name", kubeconfig=config, timeout=60
+    ).strip()
     if held:
         pytest.skip(f"the cluster has its own {held.split()}: the blocks would replace them")
     try:
         yield found
     finally:
-        _kubectl(found, config, "delete", *_CLUSTER_WIDE, "--ignore-not-found")
+        run_kubectl("delete", *_CLUSTER_WIDE, "--ignore-not-found", kubeconfig=config, timeout=60)
 
 
 def test_the_blocks_run_in_order_and_do_what_the_docs_say(
@@ -69,24 +58,24 @@ def test_the_blocks_run_in_order_and_do_what_the_docs_say(
         assert done.returncode == 0, f"{block.where}\n{block.body}\n{done.stdout}\n{done.stderr}"
     # install.md: the steps' ServiceAccount of the namespace added to the binding reads
     # ClusterTrainingRuntimes, which the shipped binding alone grants only in `default`.
-    can = _kubectl(
-        kubectl,
-        config,
+    can = run_kubectl(
         "auth",
         "can-i",
         "get",
         "clustertrainingruntimes.trainer.kubeflow.org",
         f"--as=system:serviceaccount:{namespace}:dispatch-steps",
-    )
+        kubeconfig=config,
+        timeout=60,
+    ).strip()
     assert can == "yes"
     # kueue.md: the AdmissionCheck is Active, so a ClusterQueue listing it admits.
-    active = _kubectl(
-        kubectl,
-        config,
+    active = run_kubectl(
         "get",
         "admissioncheck",
         "dispatch-admission",
         "-o",
         "jsonpath={.status.conditions[?(@.type=='Active')].status}",
-    )
+        kubeconfig=config,
+        timeout=60,
+    ).strip()
     assert active == "True"

@@ -36,12 +36,12 @@ from tests.support.installed import (
     admin_overlay,
     bundle_overlay,
     installed_controller,
-    kubectl,
     ledger_keys,
     logged,
     wait_for_controller_pods,
     wait_left,
 )
+from tests.support.kubectl import run_kubectl
 from tests.support.kueue_objects import check_state
 from tests.support.lifecycle import (
     DEADLINE,
@@ -123,9 +123,9 @@ def test_each_overlay_and_the_chart_install_from_nothing_and_uninstall_to_nothin
         directory = dist.CONFIG / overlay
         keys = {kube.key(o) for o in dist.objects(dist.build(directory))}
         assert not keys & before, f"{overlay}: from nothing"
-        kubectl("apply", "--server-side", "-k", str(directory), kubeconfig=admin)
+        run_kubectl("apply", "--server-side", "-k", str(directory), kubeconfig=admin)
         assert_installed(api, keys)
-        kubectl("delete", "-k", str(directory), kubeconfig=admin)
+        run_kubectl("delete", "-k", str(directory), kubeconfig=admin)
         wait_gone(api, keys)
         wait_left(api, before, lambda _: False)
 
@@ -191,7 +191,7 @@ def test_a_plain_lifecycle_runs_through_what_config_plain_installed(
     custom, kubelet = client.CustomObjectsApi(api), Kubelet(api, NAMESPACE)
     before = kube.everything(api)
     overlay = admin_overlay(tmp_path / "overlay", dist.CONFIG / "plain")
-    kubectl("apply", "--server-side", "-k", str(overlay), kubeconfig=admin)
+    run_kubectl("apply", "--server-side", "-k", str(overlay), kubeconfig=admin)
     wait_acting(api, RUNTIME)
     step = Pipeline(own_plane, tmp_path)
 
@@ -233,7 +233,7 @@ def test_a_plain_lifecycle_runs_through_what_config_plain_installed(
     delete_trainjobs(custom, [name])
     kept = ledger_keys(api, NAMESPACE)
     assert kept, "start keeps its ledger"
-    kubectl("delete", "-k", str(overlay), kubeconfig=admin)
+    run_kubectl("delete", "-k", str(overlay), kubeconfig=admin)
     wait_left(api, before, kept.__contains__)
 
 
@@ -247,7 +247,7 @@ def test_an_upgrade_from_the_previous_bundle_keeps_a_running_job_identity(
     custom, kubelet = client.CustomObjectsApi(api), Kubelet(api, NAMESPACE)
     before = kube.everything(api)
     old = bundle_overlay(tmp_path / "previous", previous)
-    kubectl("apply", "--server-side", "-k", str(old), kubeconfig=admin)
+    run_kubectl("apply", "--server-side", "-k", str(old), kubeconfig=admin)
     for document in QUEUES:
         kube.apply(api, document, namespace=NAMESPACE)
     wait_acting(api, RUNTIME)
@@ -266,7 +266,7 @@ def test_an_upgrade_from_the_previous_bundle_keeps_a_running_job_identity(
     uids = stored_uids(api, {kube.key(o) for o in dist.objects(previous)})
     current = (dist.DIST / "install-kueue.yaml").read_text()
     new = bundle_overlay(tmp_path / "current", current)
-    kubectl("apply", "--server-side", "-k", str(new), kubeconfig=admin)
+    run_kubectl("apply", "--server-side", "-k", str(new), kubeconfig=admin)
     keys = {kube.key(o) for o in dist.objects(current)}
     assert_installed(api, keys)
     assert stored_uids(api, keys & set(uids)) == {k: uids[k] for k in keys & set(uids)}
@@ -301,5 +301,5 @@ def test_an_upgrade_from_the_previous_bundle_keeps_a_running_job_identity(
     # docs/install.md: the check off the ClusterQueues (here, the queues gone) before deleting.
     for document in reversed(QUEUES):
         kube.delete(api, document, namespace=NAMESPACE)
-    kubectl("delete", "-k", str(new), kubeconfig=admin)
+    run_kubectl("delete", "-k", str(new), kubeconfig=admin)
     wait_left(api, before, kept.__contains__)

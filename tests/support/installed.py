@@ -19,7 +19,6 @@ environment and a token of the pod's ServiceAccount. Only the listen addresses m
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,7 +31,6 @@ from dispatch_k8s.core.rules import wire
 from tests.cluster import kube
 from tests.cluster.process import LOOPBACK, free_ports
 from tests.cluster.wait import wait_until
-from tests.support.kubectl import HOW_TO_BUILD, find_kubectl
 from tests.support.lifecycle import DEADLINE, as_dict
 from tests.support.policies import (
     CONTROLLERS_NAME,
@@ -50,21 +48,6 @@ REVISION: Final = "deployment.kubernetes.io/revision"
 # The controller's listeners (its Deployment's args), moved to loopback here.
 LISTENERS: Final = ("--address", "--metrics-address")
 EVENT_KINDS: Final = {("v1", "Event"), ("events.k8s.io/v1", "Event")}
-
-
-def kubectl(*args: str, kubeconfig: Path) -> str:
-    """Run the pinned kubectl as the cluster's admin; its stdout."""
-    binary = find_kubectl()
-    assert binary is not None, f"scripts/setup builds kubectl: {HOW_TO_BUILD}"
-    done = subprocess.run(
-        [str(binary), "--kubeconfig", str(kubeconfig), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr.strip()}"
-    return done.stdout
 
 
 def admin_overlay(directory: Path, resource: Path) -> Path:
@@ -191,15 +174,14 @@ def wait_left(
     """Once only Events and what `kept` allows are left beyond `before` (a namespace finishes
     deleting meanwhile), what is left."""
 
+    def stray(left: set[kube.Key]) -> set[kube.Key]:
+        return {k for k in left if (k[0], k[1]) not in EVENT_KINDS and not kept(k)}
+
     def settled() -> set[kube.Key] | None:
         left = kube.everything(api) - before
-        stray = {k for k in left if (k[0], k[1]) not in EVENT_KINDS and not kept(k)}
-        return None if stray else left
+        return None if stray(left) else left
 
     try:
         return wait_until(settled, what="nothing left but Events", timeout=DEADLINE)
     except AssertionError:
-        left = kube.everything(api) - before
-        raise AssertionError(
-            sorted(k for k in left if (k[0], k[1]) not in EVENT_KINDS and not kept(k))
-        ) from None
+        raise AssertionError(sorted(stray(kube.everything(api) - before))) from None

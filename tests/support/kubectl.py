@@ -19,3 +19,18 @@ def find_kubectl() -> Path | None:
     except (OSError, subprocess.CalledProcessError):  # no Go toolchain: nothing was built
         return None
     return path if path.exists() else None
+
+
+def run_kubectl(*args: str, kubeconfig: Path, timeout: float = 300) -> str:
+    """Run the pinned kubectl with `kubeconfig`; its stdout (one line of error if it fails)."""
+    binary = find_kubectl()
+    assert binary is not None, f"scripts/setup builds kubectl: {HOW_TO_BUILD}"
+    done = subprocess.run(
+        [str(binary), "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr.strip()}"
+    return done.stdout

@@ -15,7 +15,7 @@ requests are the gate's alone (the auditor has its own benchmark, tests.bench.au
 time and resident memory come from /proc: while idle, and over the rounds of each N.
 
     python -m tests.bench.admission                    # starts its own control plane
-    python -m tests.bench.admission --kubeconfig KC    # an existing one (tests.cluster up)
+    python -m tests.bench.admission --kubeconfig KC    # an existing one (python -m tests.up)
     python -m tests.bench.admission --concurrency 1 100 --rounds-scale 0.5   # a part of it
 
 This is a benchmark, not a test: nothing here fails on a slow figure (docs/design.md §4).

@@ -8,7 +8,7 @@ once (unscheduled, concurrently) and kept: a rerun against the same cluster only
 missing ones.
 
     python -m tests.bench.steps                      # starts its own control plane
-    python -m tests.bench.steps --kubeconfig KC      # an existing one (tests.cluster up)
+    python -m tests.bench.steps --kubeconfig KC      # an existing one (python -m tests.up)
 
 Needs kubectl (`python -m tests.cluster.binaries build kubectl`) and jq (`apt-get install jq`).
 This is a benchmark, not a test: nothing here fails on a slow figure (docs/design.md §4).

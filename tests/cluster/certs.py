@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-# Long enough for a person to keep `python -m tests.cluster up` running for weeks.
+# Long enough for a person to keep `python -m tests.up` running for weeks.
 VALIDITY: Final = datetime.timedelta(days=30)
 # Tolerate a little clock skew between the test process and the Go processes.
 BACKDATE: Final = datetime.timedelta(hours=1)

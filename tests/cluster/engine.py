@@ -102,7 +102,7 @@ def engine_ready() -> bool:
 def ensure_engine() -> None:
     """Start Debian's dockerd (no bridge, no iptables) unless an engine already answers.
 
-    `.ci/run`, `python -m tests.cluster up` and a pytest run (the `docker_engine` fixture) stop
+    `.ci/run`, `python -m tests.up` and a pytest run (the `docker_engine` fixture) stop
     the one they started (`stop_ours`); `python -m tests.cluster.engine stop` stops it by hand.
     """
     if engine_ready():

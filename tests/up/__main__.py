@@ -1,10 +1,12 @@
-"""`python -m tests.cluster up [--dir DIR]`: run the local control plane until Ctrl-C or SIGTERM.
+"""`python -m tests.up [--dir DIR]`: run the local control plane until Ctrl-C or SIGTERM.
 
 Builds missing binaries, starts etcd, kube-apiserver, kube-controller-manager and the JobSet,
 Kueue and Trainer controllers on 127.0.0.1, then prints the admin kubeconfig path on stdout
-(nothing else goes there; progress and errors go to stderr):
+(nothing else goes there; progress and errors go to stderr). It composes the harness
+(`tests/cluster`) with what the suites share (`tests/support`: the node runtime, the shipped
+controller), so it lives above both, as the demo does:
 
-    python -m tests.cluster up > /tmp/kubeconfig-path &
+    python -m tests.up > /tmp/kubeconfig-path &
     # once the file has a line:
     export KUBECONFIG="$(cat /tmp/kubeconfig-path)"
 """
@@ -19,8 +21,13 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from kubernetes import client, config
+
 from tests.cluster import engine
 from tests.cluster.harness import ControlPlane, ControlPlaneError
+from tests.cluster.process import free_ports
+from tests.support import node_controller
+from tests.support.executions import NODE_RUNTIME, TRAINER, api_port, node_runtime
 
 # How often the idle loop checks that every component is still running.
 WATCH_SECONDS = 2.0
@@ -44,8 +51,6 @@ def _interrupt(signum: int, _frame: FrameType | None) -> None:
 
 def _install_node_runtime(plane: ControlPlane) -> None:
     """The shipped torch runtime shaped for the node, so a TrainJob of one's own runs there."""
-    from tests.support.executions import NODE_RUNTIME, TRAINER, node_runtime
-
     group, version = TRAINER
     plane.rest.post(f"/apis/{group}/{version}/clustertrainingruntimes", node_runtime())
     _say(
@@ -72,12 +77,6 @@ def _start_engines(plane: ControlPlane, image: str) -> None:
 
 def _install_controller(plane: ControlPlane, image: str) -> None:
     """pipelines/controller/ on the node: two replicas of the admission controller."""
-    from kubernetes import client, config
-
-    from tests.cluster.process import free_ports
-    from tests.support import node_controller
-    from tests.support.executions import api_port
-
     configuration = client.Configuration()
     config.load_kube_config(  # type: ignore[no-untyped-call]
         config_file=str(plane.kubeconfig), client_configuration=configuration
@@ -139,21 +138,21 @@ def up(
 
 def main(argv: list[str]) -> int:
     """Parse the command line."""
-    parser = argparse.ArgumentParser(prog="python -m tests.cluster")
-    commands = parser.add_subparsers(dest="command", required=True)
-    start = commands.add_parser("up", help="start the control plane and keep it running")
-    start.add_argument("--dir", type=Path, default=None, help="run directory (default: a new one)")
-    start.add_argument(
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.up", description="start the local cluster and keep it running"
+    )
+    parser.add_argument("--dir", type=Path, default=None, help="run directory (default: a new one)")
+    parser.add_argument(
         "--no-node",
         action="store_true",
         help="without the node (kube-scheduler, containerd, kubelet): pods are never run",
     )
-    start.add_argument(
+    parser.add_argument(
         "--engines",
         action="store_true",
         help="with the Argo Workflows and Tekton controllers, and the step image on the node",
     )
-    start.add_argument(
+    parser.add_argument(
         "--controller",
         action="store_true",
         help="with two replicas of the admission controller (pipelines/controller/) on the node",
@@ -161,9 +160,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if (args.engines or args.controller) and args.no_node:
         parser.error("--engines and --controller need the node: their pods run there")
-    if args.command == "up":
-        return up(args.dir, node=not args.no_node, engines=args.engines, controller=args.controller)
-    return 2
+    return up(args.dir, node=not args.no_node, engines=args.engines, controller=args.controller)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,1 @@
+"""`python -m tests.up`: the local cluster for a person, with the product on it."""

@@ -34,10 +34,12 @@ from tests.support.fixtures import (
 
 @dataclass(frozen=True, slots=True)
 class FreshPlane:
-    """A local control plane of one test module's own: its admin kubeconfig and a client."""
+    """A local control plane of one test module's own: its admin kubeconfig, a client, and the
+    plane itself (to stop and start a component)."""
 
     kubeconfig: Path
     api: client.ApiClient
+    plane: ControlPlane
 
 
 @contextlib.contextmanager
@@ -49,7 +51,7 @@ def _plane(run_dir: Path) -> Iterator[FreshPlane]:
             config_file=str(plane.kubeconfig)
         )
         with contextlib.closing(api):
-            yield FreshPlane(plane.kubeconfig, api)
+            yield FreshPlane(plane.kubeconfig, api, plane)
 
 
 @pytest.fixture(scope="module")

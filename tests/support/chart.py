@@ -4,9 +4,10 @@ Nothing in the chart is written by hand: `python -m tests.support.chart` (script
 renders each overlay, files every object under the choice that brings it (the objects of
 config/plain and config/policies-guard-only in every install; what config/kueue adds over plain
 under `kueue.enabled`, and so on), and puts the values in where the overlays name the image, the
-AdmissionCheck, the replicas and the resources. tests/unit/test_chart.py fails when the checked-in
-chart differs from this, and checks `helm template` against the kustomize render of the matching
-choices. helm is built from its Go module like kustomize (tests/cluster/versions.toml).
+AdmissionCheck, the replicas, the resources and the controllers the path guard trusts.
+tests/unit/test_chart.py fails when the checked-in chart differs from this, and checks
+`helm template` against the kustomize render of the matching choices. helm is built from its
+Go module like kustomize (tests/cluster/versions.toml).
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ RESOURCES: Final = "__DISPATCH_RESOURCES__"
 NAMESPACES: Final = "__DISPATCH_NAMESPACES__"
 ON_REFUSAL: Final = "__DISPATCH_ON_REFUSAL__"
 LOG_LEVEL: Final = "__DISPATCH_LOG_LEVEL__"
+IDENTITIES: Final = "__DISPATCH_CONTROLLER_IDENTITIES__"
+# The path guard's parameters (pipelines/policies/controllers.yaml): who each controller is.
+CONTROLLERS: Final = ("v1", "ConfigMap", "dispatch-system", "dispatch-k8s-controllers")
 
 HELPERS: Final = """\
 {{/* The step image: image.repository:image.tag, the tag by default the chart's appVersion. */}}
@@ -95,6 +99,12 @@ controller:
   logLevel: info
   resources:
 {resources}
+# Who the path guard trusts to write what it guards (the ConfigMap dispatch-k8s-controllers,
+# docs/policies.md): the usernames each controller writes as. The defaults are the upstream
+# installs' ServiceAccounts; name yours where they run as other users. Whoever may set these
+# may name themselves a controller: give that right only to whoever may edit the policies.
+controllerIdentities:
+{identities}
 # all: every policy of pipelines/policies. guard-only: without the MutatingAdmissionPolicy,
 # for Kubernetes 1.30 to 1.35 (config/policies-guard-only).
 policies: all
@@ -131,13 +141,15 @@ annotations:
 """
 
 
-def schema() -> dict[str, Any]:
-    """values.schema.json: every value typed, unknown ones refused (a typo fails the install)."""
+def schema(identities: Sequence[str]) -> dict[str, Any]:
+    """values.schema.json: every value typed, unknown ones refused (a typo fails the install);
+    `identities`, the keys the path guard reads from its parameters."""
 
     def closed(properties: dict[str, Any]) -> dict[str, Any]:
         return {"type": "object", "additionalProperties": False, "properties": properties}
 
     enabled = closed({"enabled": {"type": "boolean"}})
+    usernames = {"type": "array", "items": {"type": "string", "minLength": 1}}
     return {
         "$schema": "https://json-schema.org/draft-07/schema#",
         **closed(
@@ -160,6 +172,7 @@ def schema() -> dict[str, Any]:
                         "resources": {"type": "object"},
                     }
                 ),
+                "controllerIdentities": closed({key: usernames for key in identities}),
                 "policies": {"enum": ["all", "guard-only"]},
                 "monitoring": enabled,
                 "argo": enabled,
@@ -227,6 +240,15 @@ def _template_text(objects: Sequence[Manifest]) -> str:
                 f"{{{{- toYaml .Values.controller.resources | nindent {len(m[1]) + 2} }}}}"
             ),
         ),
+        (  # one line per username, as pipelines/policies/controllers.yaml writes them
+            rf"(?m)^( *)data: {IDENTITIES}$",
+            lambda m: (
+                f"{m[1]}data:\n"
+                "{{- range $key, $users := .Values.controllerIdentities }}\n"
+                f'{m[1]}  {{{{ $key }}}}: {{{{ printf "%s\\n" (join "\\n" $users) | quote }}}}\n'
+                "{{- end }}"
+            ),
+        ),
         (
             rf"(?m)^( *)- {NAMESPACES}\n",
             lambda m: (
@@ -256,7 +278,16 @@ def _template_text(objects: Sequence[Manifest]) -> str:
         text = re.sub(pattern, replacement, text)
     left = [
         s
-        for s in (IMAGE, CHECK_NAME, REPLICAS, RESOURCES, NAMESPACES, ON_REFUSAL, LOG_LEVEL)
+        for s in (
+            IMAGE,
+            CHECK_NAME,
+            REPLICAS,
+            RESOURCES,
+            NAMESPACES,
+            ON_REFUSAL,
+            LOG_LEVEL,
+            IDENTITIES,
+        )
         if s in text
     ]
     assert not left, f"sentinels left in a template: {left}"
@@ -290,11 +321,14 @@ def files() -> dict[str, str]:
     (check,) = [name for _, kind, _, name in chosen["kueue.yaml"] if kind == "AdmissionCheck"]
     names = {default_image(): IMAGE, check: CHECK_NAME}
 
+    identities: dict[str, str] = union[CONTROLLERS]["data"]
+    with_sentinels = {
+        CONTROLLERS: {**union[CONTROLLERS], "data": IDENTITIES},
+        kube.key(deployment): _controller_with_sentinels(deployment),
+    }
+
     def text(keys: list[Key]) -> str:
-        objects = [
-            _controller_with_sentinels(union[k]) if union[k] is deployment else union[k]
-            for k in keys
-        ]
+        objects = [with_sentinels.get(k, union[k]) for k in keys]
         return _template_text(_with_sentinels(objects, names))
 
     templates = {
@@ -313,11 +347,15 @@ def files() -> dict[str, str]:
         check=check,
         replicas=deployment["spec"]["replicas"],
         resources="".join(f"    {line}\n" for line in resources.splitlines()),
+        identities="".join(
+            f"  {key}:\n" + "".join(f"  - {user}\n" for user in users.splitlines())
+            for key, users in identities.items()
+        ),
     )
     return {
         "Chart.yaml": CHART_YAML.format(version=version()),
         "values.yaml": values,
-        "values.schema.json": json.dumps(schema(), indent=2) + "\n",
+        "values.schema.json": json.dumps(schema(list(identities)), indent=2) + "\n",
         "templates/_helpers.tpl": HELPERS,
         **templates,
     }

@@ -217,19 +217,24 @@ def _wait_acting(api: client.ApiClient, namespace: str, runtime: str) -> None:
             what=f"the {what} guard to refuse",
             timeout=ACTING_TIMEOUT,
         )
-    pod = client.V1Pod(
+    core = client.CoreV1Api(api)
+    wait_until(
+        lambda: _refusal(
+            lambda: core.create_namespaced_pod(namespace, forged_pod(), dry_run="All"),
+            "pod-create",
+        ),
+        what="the pod guard to refuse",
+        timeout=ACTING_TIMEOUT,
+    )
+
+
+def forged_pod() -> client.V1Pod:
+    """A pod carrying an admission count that no controller gave it: the guard refuses it."""
+    return client.V1Pod(
         metadata=client.V1ObjectMeta(
             name="policy-probe", annotations={wire.ADMISSION_ANNOTATION: "1"}
         ),
         spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="probe")]),
-    )
-    core = client.CoreV1Api(api)
-    wait_until(
-        lambda: _refusal(
-            lambda: core.create_namespaced_pod(namespace, pod, dry_run="All"), "pod-create"
-        ),
-        what="the pod guard to refuse",
-        timeout=ACTING_TIMEOUT,
     )
 
 

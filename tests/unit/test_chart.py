@@ -38,6 +38,7 @@ VALUES: Final = [
     "controller.logLevel=debug",
     "controller.resources.requests.cpu=200m",
     "controller.resources.limits.memory=1Gi",
+    "controllerIdentities.trainer={system:serviceaccount:team:trainer,team-trainer}",
 ]
 USER_OVERLAY: Final = """\
 resources: [{base}]
@@ -63,6 +64,11 @@ patches:
       - op: replace
         path: /spec/template/spec/containers/0/resources/limits/memory
         value: 1Gi
+  - target: {{kind: ConfigMap, name: dispatch-k8s-controllers}}
+    patch: |
+      - op: replace
+        path: /data/trainer
+        value: "system:serviceaccount:team:trainer\\nteam-trainer\\n"
 """
 
 
@@ -137,9 +143,17 @@ def test_the_argo_and_tekton_steps_default_to_the_image_and_check_chosen(helm_ho
     [
         (["policies=none"], "policies"),
         (["controller.replica=1"], "replica"),
+        (["controllerIdentities.trainers={someone}"], "trainers"),
+        (["controllerIdentities.trainer={}"], "trainer/0.: minLength"),
         (["monitoring.enabled=true", "kueue.enabled=false"], "monitoring.enabled needs kueue"),
     ],
-    ids=["unknown-policies", "misspelt-value", "monitoring-without-controller"],
+    ids=[
+        "unknown-policies",
+        "misspelt-value",
+        "misspelt-controller",
+        "empty-username",
+        "monitoring-without-controller",
+    ],
 )
 def test_values_that_cannot_install_are_refused(
     values: list[str], refusal: str, helm_home: Path

@@ -65,14 +65,13 @@ from tests.support.lifecycle import (
     wait_for_drained_jobset,
 )
 from tests.support.policies import (
-    HARNESS_CONTROLLERS,
     forged_pod,
     message,
     refused_with,
     wait_acting,
 )
 from tests.support.replicas import Replica, admitted
-from tests.support.shipped import PIPELINES, TORCH_RUNTIME, default_image, documents
+from tests.support.shipped import PIPELINES, REPO, TORCH_RUNTIME, default_image, documents
 
 pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]
 
@@ -94,6 +93,7 @@ QUEUED: Final = {"queue": "training", "resources_per_node": '{"requests":{"cpu":
 # theirs within a second or two.
 FROZEN_SECONDS: Final = 15.0
 NO_PARAMS: Final = "no params found for policy binding"
+LOCAL_CLUSTER_VALUES: Final = REPO / "tests" / "up" / "controllers-values.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -262,11 +262,8 @@ def test_a_kueue_lifecycle_runs_through_what_the_chart_installed(
     custom, kubelet = client.CustomObjectsApi(api), Kubelet(api, NAMESPACE)
     before = kube.everything(api)
     home, where = tmp_path / "helm", ["--namespace", NAMESPACE]
-    # The admin's values: this plane's controllers, as docs/install.md tells whose run as others.
-    values = tmp_path / "values.yaml"
-    identities = {key: [user] for key, user in HARNESS_CONTROLLERS.items()}
-    values.write_text(json.dumps({"controllerIdentities": identities}))
-    helm = ["--values", str(values), *where]
+    # The values docs/install.md gives for the local cluster: its controllers' own users.
+    helm = ["--values", str(LOCAL_CLUSTER_VALUES), *where]
     chart.run_helm("install", "dispatch-k8s", str(chart.CHART), *helm, home=home, kubeconfig=admin)
     for document in QUEUES:
         kube.apply(api, document, namespace=NAMESPACE)

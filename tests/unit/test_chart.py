@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
+import yaml
 
 from tests.cluster import kube
 from tests.support import chart, dist
-from tests.support.shipped import default_image
+from tests.support.policies import HARNESS_CONTROLLERS
+from tests.support.shipped import REPO, default_image
 
 # Values -> the overlay rendering the same choice.
 OVERLAYS: Final = {
@@ -160,3 +162,11 @@ def test_values_that_cannot_install_are_refused(
 ) -> None:
     with pytest.raises(RuntimeError, match=refusal):
         chart.template(values, home=helm_home)
+
+
+def test_the_local_clusters_values_name_its_controllers(helm_home: Path) -> None:
+    values = REPO / "tests" / "up" / "controllers-values.yaml"
+    identities = yaml.safe_load(values.read_text())["controllerIdentities"]
+    assert identities == {key: [user] for key, user in HARNESS_CONTROLLERS.items()}
+    out = chart.run_helm("lint", "--strict", str(chart.CHART), "-f", str(values), home=helm_home)
+    assert "0 chart(s) failed" in out

@@ -1,16 +1,16 @@
 """`python -m tests.bench.admission`: what the admission check costs, against none.
 
 Two ClusterQueues on one cluster, alike but for this project's AdmissionCheck: one gated by
-`dispatch-admission-controller` (one replica, --workers as given), one without any check.
-Each round holds both queues (`stopPolicy: Hold`), creates N dispatch TrainJobs in each, and
-releases them together, so Kueue reserves quota for N Workloads at once in each queue. A
-watch notes, by this process's monotonic clock, when each Workload is first seen with
-QuotaReserved and when first seen Admitted (the API's own times have whole seconds); the
-figure is the time between, p50 and p99 over every Workload of N's rounds; beside it, the
-time from the queue's release to Admitted, the whole of Kueue's work and ours. For each N,
-from the controller's own metrics: the requests it sent per Workload gated (each request takes
-a token of --kube-api-qps, so the rate limiter's count is the request count), and whether every
-reservation was raised once and approved once. The controller runs with --no-audit: its
+`dispatch-admission-controller` (one replica, --workers as given, the shipped Lease and resync
+timings), one without any check. Each round holds both queues (`stopPolicy: Hold`), creates N
+dispatch TrainJobs in each, and releases them together, so Kueue reserves quota for N Workloads
+at once in each queue. A watch notes, by this process's monotonic clock, when each Workload is
+first seen with QuotaReserved and when first seen Admitted (the API's own times have whole
+seconds); the figure is the time between, p50 and p99 over every Workload of N's rounds; beside
+it, the time from the queue's release to Admitted, the whole of Kueue's work and ours. For each
+N, from the controller's own metrics: the requests it sent per Workload gated (each request
+takes a token of --kube-api-qps, so the rate limiter's count is the request count), and whether
+every reservation was raised once and approved once. The controller runs with --no-audit: its
 requests are the gate's alone (the auditor has its own benchmark, tests.bench.auditor). Its CPU
 time and resident memory come from /proc: while idle, and over the rounds of each N.
 
@@ -25,14 +25,17 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import statistics
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -40,10 +43,20 @@ from typing import Any, Final
 import yaml
 from kubernetes import client, config, watch
 
+from dispatch_k8s.core.rules.errors import Fenced
+from dispatch_k8s.core.shell.settings import ControllerSettings
 from tests.bench.steps import cluster_at, machine_line, say
+from tests.cluster.process import free_ports
 from tests.cluster.wait import wait_until
 from tests.support.kueue_objects import KUEUE, KueueSetup, condition
-from tests.support.replicas import Replica, replicas
+from tests.support.replicas import (
+    Replica,
+    end,
+    launch,
+    replica_argv,
+    sample_of,
+    wait_ready,
+)
 from tests.support.requests import trainjob_body
 from tests.support.shipped import REPO
 
@@ -137,8 +150,87 @@ def workload_uids(custom: client.CustomObjectsApi, queue: str, count: int) -> se
     return found if len(found) == count else None
 
 
+@dataclass
+class KeptRunning:
+    """The controller as its Deployment keeps it: a process that exits 75 (its Lease lapsed,
+    docs/kueue.md) is started again with the same arguments and name, as the kubelet restarts
+    the pod's container; it takes its own Lease back at once. Any other exit fails the run.
+    What the processes spent and counted is summed: an exited one's as last sampled."""
+
+    argv: list[str]
+    port: int
+    work: Path
+    replica: Replica
+    exits: list[str] = field(default_factory=list)  # when each lost its Lease, by its log
+    carried: tuple[float, float] = (0.0, 0.0)  # CPU seconds and requests of exited processes
+    last: tuple[float, float] = (0.0, 0.0)  # the running process's, at its last sample
+    peak_rss: float = 0.0
+
+    def sample(self) -> tuple[float, float]:
+        """CPU seconds and requests sent so far, by every process; restarts one that exited 75."""
+        code = self.replica.process.poll()
+        if code is None:
+            pid = self.replica.process.pid
+            status, body = self.replica.get("/metrics")
+            try:
+                cpu, rss = cpu_seconds(pid), memory_mib(pid, "VmHWM")
+            except FileNotFoundError:
+                return self.sample()  # it exited meanwhile
+            if status == 200:
+                self.last = (
+                    cpu,
+                    sample_of(body, "dispatch_admission_rate_limiter_wait_seconds_count"),
+                )
+            self.peak_rss = max(self.peak_rss, rss)
+        elif code == Fenced.exit_code:
+            lost = [
+                r["time"] for r in self.replica.records() if r["message"] == "lost the leader Lease"
+            ]
+            self.exits.append(lost[-1] if lost else "?")
+            self.carried = (self.carried[0] + self.last[0], self.carried[1] + self.last[1])
+            self.last = (0.0, 0.0)
+            name = f"bench-{len(self.exits)}"  # its log's name; its --identity is unchanged
+            self.replica = launch(name, self.port, self.work, self.argv, env=dict(os.environ))
+            wait_ready(self.replica)
+        else:
+            last = self.replica.records()[-3:]
+            raise RuntimeError(f"the controller exited ({code}); its last records: {last}")
+        return (self.carried[0] + self.last[0], self.carried[1] + self.last[1])
+
+    def logged(self, message: str) -> Counter[str]:
+        """How often each Workload is named by `message` in the logs of every process."""
+        logs = sorted(self.work.glob("bench*.log"))
+        return Counter(
+            str(record["workload"])
+            for log in logs
+            for line in log.read_text().splitlines()
+            if line.startswith("{")
+            for record in [json.loads(line)]
+            if record.get("message") == message and record.get("kind", "dispatch") == "dispatch"
+        )
+
+
+@contextmanager
+def kept_running(kubeconfig: Path, work: Path, extra: Sequence[str]) -> Iterator[KeptRunning]:
+    """The controller gating QUEUES[0], as its Deployment keeps it; killed at the end."""
+    (port,) = free_ports(1)
+    argv = replica_argv(kubeconfig, QUEUES[0], "bench", port, extra)
+    first = launch("bench", port, work, argv, env=dict(os.environ))
+    deployment = KeptRunning(argv, port, work, first)
+    try:
+        wait_ready(first)
+        yield deployment
+    finally:
+        end(deployment.replica)
+
+
 def one_round(
-    api: client.ApiClient, runtime: str, sightings: Sightings, count: int, index: int
+    api: client.ApiClient,
+    runtime: str,
+    sightings: Sightings,
+    deployment: KeptRunning,
+    count: int,
+    index: int,
 ) -> dict[str, list[float]]:
     """N TrainJobs in each queue, released together; each queue's latencies."""
     custom = client.CustomObjectsApi(api)
@@ -174,6 +266,7 @@ def one_round(
             sightings.released.update(dict.fromkeys(uids[queue], time.monotonic()))
 
     def all_admitted() -> bool | None:
+        deployment.sample()
         done = sum(len(sightings.latencies(q, uids[q])) for q in QUEUES)
         return done == count * len(QUEUES) or None
 
@@ -232,9 +325,15 @@ def bench(kubeconfig: Path, work: Path, rounds: dict[int, int], workers: int) ->
     watcher = threading.Thread(target=follow, args=(api, sightings, stop), daemon=True)
     watcher.start()
     try:
-        extra = ("--workers", str(workers), "--no-audit")
-        with replicas(kubeconfig, "bench-check", work, "bench", extra=extra) as (replica,):
-            return measure(api, runtime, sightings, replica, rounds)
+        # The shipped Lease and resync timings, over the tests' shorter ones (replicas()).
+        shipped = ControllerSettings.model_fields
+        extra = (
+            *("--workers", str(workers), "--no-audit"),
+            *("--lease-seconds", str(shipped["lease_seconds"].default)),
+            *("--resync-seconds", f"{shipped['resync_seconds'].default:g}"),
+        )
+        with kept_running(kubeconfig, work, extra) as deployment:
+            return measure(api, runtime, sightings, deployment, rounds)
     finally:
         stop.set()
         for queue in queues:
@@ -244,19 +343,49 @@ def bench(kubeconfig: Path, work: Path, rounds: dict[int, int], workers: int) ->
             core.delete_namespace(name)
 
 
+REQUESTS: Final = "dispatch_admission_request_duration_seconds"
+
+
+def request_times(body: str) -> dict[str, tuple[float, float]]:
+    """From a /metrics body, by `VERB resource`: the seconds and the count of its requests."""
+    found: dict[str, tuple[float, float]] = {}
+    for line in body.splitlines():
+        for suffix, index in (("_sum{", 0), ("_count{", 1)):
+            if line.startswith(REQUESTS + suffix):
+                labels, _, value = line[len(REQUESTS + suffix) :].rpartition("} ")
+                told = dict(part.split("=", 1) for part in labels.split(","))
+                key = f"{told['verb'].strip(chr(34))} {told['resource'].strip(chr(34))}"
+                pair = list(found.get(key, (0.0, 0.0)))
+                pair[index] = float(value)
+                found[key] = (pair[0], pair[1])
+    return found
+
+
+def profile(before: str, after: str, gated: int) -> str:
+    """Where a pass's time went between two /metrics bodies of one process: for each verb and
+    resource, requests per Workload gated and their mean time: "PUT trainjobs 1.00 of 35 ms"."""
+    start, end = request_times(before), request_times(after)
+    parts = []
+    for key in sorted(end, key=lambda k: -(end[k][0] - start.get(k, (0.0, 0.0))[0])):
+        seconds = end[key][0] - start.get(key, (0.0, 0.0))[0]
+        count = end[key][1] - start.get(key, (0.0, 0.0))[1]
+        if count:
+            parts.append(f"{key} {count / gated:.2f} of {seconds / count * 1000:.0f} ms")
+    return "; ".join(parts)
+
+
 def measure(
     api: client.ApiClient,
     runtime: str,
     sightings: Sightings,
-    replica: Replica,
+    deployment: KeptRunning,
     rounds: dict[int, int],
 ) -> list[str]:
-    pid = replica.process.pid
     say(f"idle for {IDLE_SECONDS:g} s")
-    began, cpu = time.monotonic(), cpu_seconds(pid)
+    began, (cpu, _) = time.monotonic(), deployment.sample()
     threading.Event().wait(IDLE_SECONDS)
-    idle_cpu = (cpu_seconds(pid) - cpu) / (time.monotonic() - began)
-    idle_rss = memory_mib(pid, "VmRSS")
+    idle_cpu = (deployment.sample()[0] - cpu) / (time.monotonic() - began)
+    idle_rss = memory_mib(deployment.replica.process.pid, "VmRSS")
     lines = [
         "| concurrent reservations | Workloads | with the check p50 / p99 "
         "| of which the controller's approval p50 / p99 | then Kueue's admission p50 "
@@ -265,17 +394,23 @@ def measure(
     ]
     costs = [
         "| concurrent reservations | requests per Workload | raises / approvals per Workload "
-        "| CPU per Workload | peak RSS |",
-        "|---|---|---|---|---|",
+        "(Workloads raised / approved other than once) | CPU per Workload | peak RSS "
+        "| Lease lost (exit 75, restarted) |",
+        "|---|---|---|---|---|---|",
     ]
+    profiles = ["Requests per Workload gated, and their mean time, by verb and resource:"]
     for count, repeat in rounds.items():
         say(f"N={count}: {repeat} rounds")
-        cpu, began = cpu_seconds(pid), time.monotonic()
-        counted = _counters(replica)
+        (cpu, sent), began = deployment.sample(), time.monotonic()
+        raised, approved = deployment.logged("raised admission"), deployment.logged("approved")
+        exits = len(deployment.exits)
+        metrics_before = deployment.replica.get("/metrics")[1]
         keys = (*QUEUES, "approval", "kueue", *(f"{queue} whole" for queue in QUEUES))
         gathered: dict[str, list[float]] = {key: [] for key in keys}
         for index in range(repeat):
-            for queue, values in one_round(api, runtime, sightings, count, index).items():
+            for queue, values in one_round(
+                api, runtime, sightings, deployment, count, index
+            ).items():
                 gathered[queue] += values
         checked, plain = gathered["bench-check"], gathered["bench-plain"]
         lines.append(
@@ -284,32 +419,42 @@ def measure(
             f"| {statistics.median(gathered['bench-check whole']) * 1000:.0f} / "
             f"{statistics.median(gathered['bench-plain whole']) * 1000:.0f} ms |"
         )
-        spent, wall = cpu_seconds(pid) - cpu, time.monotonic() - began
-        sent, raised, approved = (
-            after - before for after, before in zip(_counters(replica), counted, strict=True)
+        (cpu_after, sent_after), wall = deployment.sample(), time.monotonic() - began
+        spent, gated = cpu_after - cpu, len(checked)
+        raises = deployment.logged("raised admission") - raised
+        approvals = deployment.logged("approved") - approved
+        names = {f"trainjob-n{count}-r{i}-" for i in range(repeat)}
+        ours = [w for w in raises | approvals if any(w.startswith(n) for n in names)]
+        not_once = (
+            sum(1 for w in ours if raises[w] != 1) + gated - len(ours),
+            sum(1 for w in ours if approvals[w] != 1) + gated - len(ours),
         )
-        gated = len(checked)
         costs.append(
-            f"| {count} | {sent / gated:.1f} | {raised / gated:.2f} / {approved / gated:.2f} "
+            f"| {count} | {(sent_after - sent) / gated:.1f} "
+            f"| {raises.total() / gated:.2f} / {approvals.total() / gated:.2f} "
+            f"({not_once[0]} / {not_once[1]}) "
             f"| {spent / gated * 1000:.1f} ms ({spent / wall * 100:.1f}% of a core over "
-            f"{wall:.0f} s) | {memory_mib(pid, 'VmHWM'):.0f} MiB |"
+            f"{wall:.0f} s) | {deployment.peak_rss:.0f} MiB "
+            f"| {', '.join(deployment.exits[exits:]) or 'no'} |"
         )
+        spent_on = (
+            profile(metrics_before, deployment.replica.get("/metrics")[1], gated)
+            if len(deployment.exits) == exits
+            else "not told: the controller restarted"
+        )
+        profiles.append(f"- N={count}: {spent_on}")
+        say(lines[-1])
+        say(costs[-1])
+        say(profiles[-1])
     return [
         *lines,
         "",
         *costs,
         "",
+        *profiles,
+        "",
         f"controller idle: {idle_cpu * 100:.2f}% of a core, RSS {idle_rss:.0f} MiB",
     ]
-
-
-def _counters(replica: Replica) -> tuple[float, float, float]:
-    """The controller's requests sent, raises and approvals after a raise, so far."""
-    return (
-        replica.metric("dispatch_admission_rate_limiter_wait_seconds_count"),
-        replica.metric("dispatch_admission_raises_total"),
-        replica.metric("dispatch_admission_approvals_total", 'kind="dispatch"'),
-    )
 
 
 def main(argv: list[str]) -> int:

@@ -56,13 +56,7 @@ class Replica:
 
     def metric(self, name: str, labels: str = "") -> float:
         """The value of one sample of its /metrics (0 when absent)."""
-        _, body = self.get("/metrics")
-        wanted = f"{name}{{{labels}}}" if labels else name
-        for line in body.splitlines():
-            sample, _, value = line.rpartition(" ")
-            if sample == wanted:
-                return float(value)
-        return 0.0
+        return sample_of(self.get("/metrics")[1], name, labels)
 
     def records(self) -> list[dict[str, Any]]:
         """Its log records so far."""
@@ -83,6 +77,16 @@ class Replica:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         return self.process.wait(timeout=60)
+
+
+def sample_of(body: str, name: str, labels: str = "") -> float:
+    """The value of one sample of a /metrics body (0 when absent)."""
+    wanted = f"{name}{{{labels}}}" if labels else name
+    for line in body.splitlines():
+        sample, _, value = line.rpartition(" ")
+        if sample == wanted:
+            return float(value)
+    return 0.0
 
 
 def launch(
@@ -117,6 +121,20 @@ def end(replica: Replica) -> None:
         replica.process.wait(timeout=30)
 
 
+def replica_argv(
+    kubeconfig: Path, namespace: str, name: str, port: int, extra: Sequence[str] = ()
+) -> list[str]:
+    """A replica's arguments: gating `namespace` only, with the Lease there, the tests' short
+    Lease and resync (`extra`, after them, wins)."""
+    return [
+        *("--kubeconfig", str(kubeconfig)),
+        *("--namespaces", namespace, "--lease-namespace", namespace),
+        *("--identity", name, "--address", f"127.0.0.1:{port}"),
+        *("--lease-seconds", str(LEASE_SECONDS), "--resync-seconds", "20"),
+        *extra,
+    ]
+
+
 @contextmanager
 def replicas(
     kubeconfig: Path,
@@ -133,13 +151,7 @@ def replicas(
     started: list[Replica] = []
     try:
         for name, port in zip(names, free_ports(len(names)), strict=True):
-            argv = [
-                *("--kubeconfig", str(kubeconfig)),
-                *("--namespaces", namespace, "--lease-namespace", namespace),
-                *("--identity", name, "--address", f"127.0.0.1:{port}"),
-                *("--lease-seconds", str(LEASE_SECONDS), "--resync-seconds", "20"),
-                *extra,
-            ]
+            argv = replica_argv(kubeconfig, namespace, name, port, extra)
             started.append(launch(name, port, log_dir, argv, env={**os.environ, **(env or {})}))
         for replica in started:
             wait_ready(replica)

@@ -273,7 +273,8 @@ def run(settings: ControllerSettings) -> int:
             if settings.kube_api_qps > 0
             else None
         )
-        term = Leading(gateway.fenced(elector.fence, limit=limit), settings)
+        fenced = gateway.fenced(elector.fence, limit=limit, timed=serve.observe_request)
+        term = Leading(fenced, settings)
         lost = threading.Event()
         logger.info("leading")
         term.start()

@@ -83,9 +83,21 @@ RATE_LIMITER_WAIT: Final = Histogram(
     "rest_client_rate_limiter_duration_seconds).",
     buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+REQUEST_SECONDS: Final = Histogram(
+    f"{PREFIX}_request_duration_seconds",
+    "How long each request of the leader's work took, from sending it to its answer, by verb "
+    "and resource (client-go's rest_client_request_duration_seconds, by resource not host).",
+    ["verb", "resource"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
 AUDIT_QUEUE_DEPTH: Final = Gauge(f"{PREFIX}_audit_queue_depth", "TrainJobs waiting for an audit.")
 LEADER: Final = Gauge(f"{PREFIX}_leader", "1 while this replica holds the leader Lease.")
 QUEUE_DEPTH: Final = Gauge(f"{PREFIX}_queue_depth", "Workloads waiting for a worker.")
+
+
+def observe_request(verb: str, resource: str, seconds: float) -> None:
+    """One request of the leader's work, answered (or failed) after `seconds`."""
+    REQUEST_SECONDS.labels(verb, resource).observe(seconds)
 
 
 class Probes:

@@ -135,6 +135,11 @@ def test_a_workload_whose_raise_keeps_failing_backs_off_alone_and_holds_no_other
 QPS: Final = 2
 BURST: Final = 2
 JOBS: Final = 4
+# The writes of a raise and an approval: (HTTP verb, resource label) -> (audit verb, subresource).
+TIMED_WRITES: Final = {
+    ("PUT", "trainjobs"): ("update", ""),
+    ("PATCH", "workloads/status"): ("patch", "status"),
+}
 
 
 def test_the_leaders_requests_keep_to_its_token_bucket(
@@ -164,9 +169,15 @@ def test_the_leaders_requests_keep_to_its_token_bucket(
         for name in names:
             admitted(custom, namespace, name)
         waited = limited.metric("dispatch_admission_rate_limiter_wait_seconds_sum")
-    times = sorted(
-        received(e) for e in sent(plane, user) if e["objectRef"].get("resource") != "leases"
-    )
+        timed = {
+            (verb, resource): limited.metric(
+                "dispatch_admission_request_duration_seconds_count",
+                f'verb="{verb}",resource="{resource}"',
+            )
+            for verb, resource in TIMED_WRITES
+        }
+    requests = [e for e in sent(plane, user) if e["objectRef"].get("resource") != "leases"]
+    times = sorted(received(e) for e in requests)
     assert len(times) >= 6 * JOBS, f"only {len(times)} requests: the bucket was never tested"
     over = [
         (str(times[i]), str(times[j]), j - i + 1)
@@ -175,6 +186,17 @@ def test_the_leaders_requests_keep_to_its_token_bucket(
     ]
     assert over == [], f"more requests than the bucket allows between these: {over[:5]}"
     assert waited > 0, "no request waited for a token"
+    # Each write of its work is timed once, under its verb and resource, as the server saw it.
+    for (verb, resource), count in timed.items():
+        audit_verb, subresource = TIMED_WRITES[(verb, resource)]
+        seen = [
+            e
+            for e in requests
+            if e["verb"] == audit_verb
+            and f"{e['objectRef'].get('resource')}/{e['objectRef'].get('subresource', '')}"
+            == f"{resource.split('/')[0]}/{subresource}"
+        ]
+        assert count == len(seen) >= JOBS, (verb, resource, count, len(seen))
     for name in names:
         annotations = read_trainjob(custom, namespace, name)["metadata"]["annotations"]
         assert annotations[wire.ADMISSION_FLOOR_ANNOTATION] == "1", name

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dispatch_k8s.core.shell.gateway import kinds
 from dispatch_k8s.core.shell.gateway.bodies import iter_list_items
 from dispatch_k8s.core.shell.gateway.kinds import Kind
 
@@ -85,3 +86,21 @@ def test_core_paths_have_no_group() -> None:
 def test_a_cluster_scoped_kind_has_no_namespace_in_its_path_even_when_given_one() -> None:
     check = Kind("AdmissionCheck", "g", "v1", "admissionchecks", namespaced=False)
     assert check.path("team-a", "c", subresource="status") == "/apis/g/v1/admissionchecks/c/status"
+
+
+@pytest.mark.parametrize(
+    ("path", "resource"),
+    [
+        (kinds.TRAINJOB.path("team", "job"), "trainjobs"),
+        (kinds.TRAINJOB.path("team"), "trainjobs"),
+        (kinds.WORKLOAD.path(), "workloads"),
+        (kinds.WORKLOAD.path("team", "w", subresource="status"), "workloads/status"),
+        (kinds.EVENT.path("team") + "?fieldSelector=x", "events"),
+        (kinds.CLUSTER_TRAINING_RUNTIME.path(name="torch"), "clustertrainingruntimes"),
+        ("/api/v1/namespaces/team", "namespaces"),
+    ],
+)
+def test_a_requests_resource_label_names_no_namespace_and_no_object(
+    path: str, resource: str
+) -> None:
+    assert kinds.resource_of(path) == resource

@@ -54,6 +54,8 @@ JSON: Final = "application/json"
 APPLY_PATCH: Final = "application/apply-patch+yaml"
 Query = Iterable[tuple[str, str | int | bool]]
 Timeout = float | tuple[float, float]
+# Told of each request once answered (or failed): its verb, resource and seconds.
+Timed = Callable[[str, str, float], None]
 # What a write does, as kubectl's --dry-run: sent; kept back (client); sent with dryRun=All,
 # so admission (policies, webhooks) answers it and nothing is persisted (server).
 DryRun = Literal["none", "client", "server"]
@@ -94,25 +96,39 @@ class Gateway:
         *,
         fence: Callable[[], None] | None = None,
         limit: TokenBucket | None = None,
+        timed: Timed | None = None,
         deadline: Deadline | None = None,
         dry_run: DryRun = "none",
     ) -> None:
         self._api = api
         self._fence = fence
         self._limit = limit
+        self._timed = timed
         self._deadline = deadline
         self._dry_run = dry_run
         self._unsent: list[dict[str, Any]] = []
 
-    def fenced(self, fence: Callable[[], None], *, limit: TokenBucket | None = None) -> Gateway:
-        """The same connection, `fence` called before each write, `limit` taken before each request.
+    def fenced(
+        self,
+        fence: Callable[[], None],
+        *,
+        limit: TokenBucket | None = None,
+        timed: Timed | None = None,
+    ) -> Gateway:
+        """The same connection, `fence` called before each write, `limit` taken before each
+        request, `timed` told how long each took (its verb, resource and seconds).
 
         `fence` raises (Fenced) once this process may no longer write: a leader whose Lease
         lapsed. The Lease's own requests go through a connection without either: no burst of
         work may delay a renewal.
         """
         return type(self)(
-            self._api, fence=fence, limit=limit, deadline=self._deadline, dry_run=self._dry_run
+            self._api,
+            fence=fence,
+            limit=limit,
+            timed=timed,
+            deadline=self._deadline,
+            dry_run=self._dry_run,
         )
 
     @classmethod
@@ -182,11 +198,15 @@ class Gateway:
                 if isinstance(timeout, tuple)
                 else min(timeout, left)
             )
+        sent = time.monotonic()
         try:
             response = self._api.call_api(*request, _request_timeout=timeout)
         except urllib3.exceptions.HTTPError:
             self._out_of_time(f"waiting for the answer to {method} {path}")
             raise
+        finally:
+            if self._timed is not None:
+                self._timed(method, kinds.resource_of(path), time.monotonic() - sent)
         if not 200 <= response.status <= 299:
             data: bytes = response.read()  # type: ignore[no-untyped-call]
             raise ApiError.from_body(response.status, str(response.reason or ""), data)

@@ -80,3 +80,15 @@ TOKEN_REVIEW: Final = Kind(
 SUBJECT_ACCESS_REVIEW: Final = Kind(
     "SubjectAccessReview", "authorization.k8s.io", "v1", "subjectaccessreviews", namespaced=False
 )
+
+
+def resource_of(path: str) -> str:
+    """The resource a path built by `Kind.path` names, without namespace or name: `trainjobs`,
+    `workloads/status` (a metric's label: a few values, never one per object)."""
+    parts = path.split("?", 1)[0].strip("/").split("/")
+    parts = parts[2:] if parts[0] == "api" else parts[3:]  # after api/v1, apis/GROUP/VERSION
+    if parts[:1] == ["namespaces"] and len(parts) > 2:
+        parts = parts[2:]  # in a namespace (the namespace itself is `namespaces`)
+    if not parts:
+        return ""
+    return f"{parts[0]}/{parts[2]}" if len(parts) > 2 else parts[0]

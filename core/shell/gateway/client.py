@@ -115,12 +115,13 @@ class Gateway:
         limit: TokenBucket | None = None,
         timed: Timed | None = None,
     ) -> Gateway:
-        """The same connection, `fence` called before each write, `limit` taken before each
-        request, `timed` told how long each took (its verb, resource and seconds).
+        """The same connection, with a fence, a rate limit and a timer for the leader's work.
 
-        `fence` raises (Fenced) once this process may no longer write: a leader whose Lease
-        lapsed. The Lease's own requests go through a connection without either: no burst of
-        work may delay a renewal.
+        `fence` is called before each write, `limit` taken before each request, and `timed`
+        told how long each took (its verb, resource and seconds). `fence` raises (Fenced)
+        once this process may no longer write: a leader whose Lease lapsed. The Lease's own
+        requests go through a connection without these: no burst of work may delay a
+        renewal.
         """
         return type(self)(
             self._api,

@@ -83,8 +83,10 @@ SUBJECT_ACCESS_REVIEW: Final = Kind(
 
 
 def resource_of(path: str) -> str:
-    """The resource a path built by `Kind.path` names, without namespace or name: `trainjobs`,
-    `workloads/status` (a metric's label: a few values, never one per object)."""
+    """The resource a path built by `Kind.path` names, without namespace or name.
+
+    `trainjobs`, `workloads/status`: a metric's label, so a few values, never one per object.
+    """
     parts = path.split("?", 1)[0].strip("/").split("/")
     parts = parts[2:] if parts[0] == "api" else parts[3:]  # after api/v1, apis/GROUP/VERSION
     if parts[:1] == ["namespaces"] and len(parts) > 2:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import statistics
 import sys
@@ -42,6 +41,7 @@ from typing import Any, Final
 
 import yaml
 from kubernetes import client, config, watch
+from prometheus_client.parser import text_string_to_metric_families
 
 from dispatch_k8s.core.rules.errors import Fenced
 from dispatch_k8s.core.shell.settings import ControllerSettings
@@ -161,7 +161,9 @@ class KeptRunning:
     port: int
     work: Path
     replica: Replica
+    exited: list[Replica] = field(default_factory=list)
     exits: list[str] = field(default_factory=list)  # when each lost its Lease, by its log
+    metrics: str = ""  # the running process's /metrics at its last sample
     carried: tuple[float, float] = (0.0, 0.0)  # CPU seconds and requests of exited processes
     last: tuple[float, float] = (0.0, 0.0)  # the running process's, at its last sample
     peak_rss: float = 0.0
@@ -177,6 +179,7 @@ class KeptRunning:
             except FileNotFoundError:
                 return self.sample()  # it exited meanwhile
             if status == 200:
+                self.metrics = body
                 self.last = (
                     cpu,
                     sample_of(body, "dispatch_admission_rate_limiter_wait_seconds_count"),
@@ -187,8 +190,9 @@ class KeptRunning:
                 r["time"] for r in self.replica.records() if r["message"] == "lost the leader Lease"
             ]
             self.exits.append(lost[-1] if lost else "?")
+            self.exited.append(self.replica)
             self.carried = (self.carried[0] + self.last[0], self.carried[1] + self.last[1])
-            self.last = (0.0, 0.0)
+            self.last, self.metrics = (0.0, 0.0), ""
             name = f"bench-{len(self.exits)}"  # its log's name; its --identity is unchanged
             self.replica = launch(name, self.port, self.work, self.argv, env=dict(os.environ))
             wait_ready(self.replica)
@@ -199,13 +203,10 @@ class KeptRunning:
 
     def logged(self, message: str) -> Counter[str]:
         """How often each Workload is named by `message` in the logs of every process."""
-        logs = sorted(self.work.glob("bench*.log"))
         return Counter(
             str(record["workload"])
-            for log in logs
-            for line in log.read_text().splitlines()
-            if line.startswith("{")
-            for record in [json.loads(line)]
+            for replica in (*self.exited, self.replica)
+            for record in replica.records()
             if record.get("message") == message and record.get("kind", "dispatch") == "dispatch"
         )
 
@@ -348,17 +349,12 @@ REQUESTS: Final = "dispatch_admission_request_duration_seconds"
 
 def request_times(body: str) -> dict[str, tuple[float, float]]:
     """From a /metrics body, by `VERB resource`: the seconds and the count of its requests."""
-    found: dict[str, tuple[float, float]] = {}
-    for line in body.splitlines():
-        for suffix, index in (("_sum{", 0), ("_count{", 1)):
-            if line.startswith(REQUESTS + suffix):
-                labels, _, value = line[len(REQUESTS + suffix) :].rpartition("} ")
-                told = dict(part.split("=", 1) for part in labels.split(","))
-                key = f"{told['verb'].strip(chr(34))} {told['resource'].strip(chr(34))}"
-                pair = list(found.get(key, (0.0, 0.0)))
-                pair[index] = float(value)
-                found[key] = (pair[0], pair[1])
-    return found
+    totals: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples if family.name == REQUESTS else ():
+            key = f"{sample.labels.get('verb')} {sample.labels.get('resource')}"
+            totals.setdefault(key, {})[sample.name.removeprefix(REQUESTS)] = sample.value
+    return {key: (told.get("_sum", 0.0), told.get("_count", 0.0)) for key, told in totals.items()}
 
 
 def profile(before: str, after: str, gated: int) -> str:
@@ -403,8 +399,7 @@ def measure(
         say(f"N={count}: {repeat} rounds")
         (cpu, sent), began = deployment.sample(), time.monotonic()
         raised, approved = deployment.logged("raised admission"), deployment.logged("approved")
-        exits = len(deployment.exits)
-        metrics_before = deployment.replica.get("/metrics")[1]
+        exits, metrics_before = len(deployment.exits), deployment.metrics
         keys = (*QUEUES, "approval", "kueue", *(f"{queue} whole" for queue in QUEUES))
         gathered: dict[str, list[float]] = {key: [] for key in keys}
         for index in range(repeat):
@@ -438,7 +433,7 @@ def measure(
             f"| {', '.join(deployment.exits[exits:]) or 'no'} |"
         )
         spent_on = (
-            profile(metrics_before, deployment.replica.get("/metrics")[1], gated)
+            profile(metrics_before, deployment.metrics, gated)
             if len(deployment.exits) == exits
             else "not told: the controller restarted"
         )

@@ -162,7 +162,6 @@ class KeptRunning:
     work: Path
     replica: Replica
     exited: list[Replica] = field(default_factory=list)
-    exits: list[str] = field(default_factory=list)  # when each lost its Lease, by its log
     metrics: str = ""  # the running process's /metrics at its last sample
     carried: tuple[float, float] = (0.0, 0.0)  # CPU seconds and requests of exited processes
     last: tuple[float, float] = (0.0, 0.0)  # the running process's, at its last sample
@@ -186,20 +185,25 @@ class KeptRunning:
                 )
             self.peak_rss = max(self.peak_rss, rss)
         elif code == Fenced.exit_code:
-            lost = [
-                r["time"] for r in self.replica.records() if r["message"] == "lost the leader Lease"
-            ]
-            self.exits.append(lost[-1] if lost else "?")
             self.exited.append(self.replica)
             self.carried = (self.carried[0] + self.last[0], self.carried[1] + self.last[1])
             self.last, self.metrics = (0.0, 0.0), ""
-            name = f"bench-{len(self.exits)}"  # its log's name; its --identity is unchanged
+            name = f"bench-{len(self.exited)}"  # its log's name; its --identity is unchanged
             self.replica = launch(name, self.port, self.work, self.argv, env=dict(os.environ))
             wait_ready(self.replica)
         else:
             last = self.replica.records()[-3:]
             raise RuntimeError(f"the controller exited ({code}); its last records: {last}")
         return (self.carried[0] + self.last[0], self.carried[1] + self.last[1])
+
+    @property
+    def exits(self) -> list[str]:
+        """When each exited process lost its Lease, by its log."""
+        lost = (
+            [r["time"] for r in replica.records() if r["message"] == "lost the leader Lease"]
+            for replica in self.exited
+        )
+        return [times[-1] if times else "?" for times in lost]
 
     def logged(self, message: str) -> Counter[str]:
         """How often each Workload is named by `message` in the logs of every process."""
@@ -399,7 +403,7 @@ def measure(
         say(f"N={count}: {repeat} rounds")
         (cpu, sent), began = deployment.sample(), time.monotonic()
         raised, approved = deployment.logged("raised admission"), deployment.logged("approved")
-        exits, metrics_before = len(deployment.exits), deployment.metrics
+        exits, metrics_before = len(deployment.exited), deployment.metrics
         keys = (*QUEUES, "approval", "kueue", *(f"{queue} whole" for queue in QUEUES))
         gathered: dict[str, list[float]] = {key: [] for key in keys}
         for index in range(repeat):
@@ -434,7 +438,7 @@ def measure(
         )
         spent_on = (
             profile(metrics_before, deployment.metrics, gated)
-            if len(deployment.exits) == exits
+            if len(deployment.exited) == exits
             else "not told: the controller restarted"
         )
         profiles.append(f"- N={count}: {spent_on}")

@@ -108,6 +108,21 @@ def _gate(gateway: Gateway, kueue: KueueSetup, started: StepRun) -> object:
         keeper.close()
 
 
+def _passes_until_approved(gateway: Gateway, kueue: KueueSetup, started: StepRun) -> list[object]:
+    """Passes as the controller makes them after each backoff, until one approves; what each
+    returned. A pass may meet a real 409 and be made again: Trainer writing the TrainJob
+    between its read and its raise, or Kueue the Workload before its approval."""
+    passes: list[object] = []
+
+    def approved() -> bool | None:
+        passes.append(_gate(gateway, kueue, started))
+        assert passes[-1] in (None, RETRY), passes[-1]
+        return True if passes[-1] is None else None
+
+    wait_until(approved, what="the pass that approves", timeout=60)
+    return passes
+
+
 def test_a_raise_whose_replica_died_before_telling_it_is_told_by_the_replica_that_approves(
     control_plane: Cluster,
     step: Step,
@@ -143,14 +158,9 @@ def test_a_raise_whose_replica_died_before_telling_it_is_told_by_the_replica_tha
     assert raised[wire.ADMISSION_FLOOR_ANNOTATION] == "1"
     assert (_raise_events(core, namespace), _state_now(kueue, started)) == ([], "Pending")
 
-    gateway = Gateway.connect(kubeconfig=control_plane.kubeconfig, context=None)
-
-    def approved() -> bool | None:
-        again = _gate(gateway, kueue, started)  # RETRY: Kueue wrote the Workload meanwhile
-        assert again in (None, RETRY), again
-        return True if again is None else None
-
-    wait_until(approved, what="the pass that tells the raise and approves", timeout=60)
+    _passes_until_approved(
+        Gateway.connect(kubeconfig=control_plane.kubeconfig, context=None), kueue, started
+    )
     assert _state_now(kueue, started) == "Ready"
     (told,) = _raise_events(core, namespace)
     record = raised[wire.RAISED_FOR_ANNOTATION]
@@ -183,16 +193,7 @@ def test_a_raise_is_told_before_its_approval_and_once_when_the_approval_is_tried
     gateway.api = client.CoreV1Api(api_client)
     gateway.raised_events_at_approval, gateway.emitted = [], []
 
-    passes: list[object] = []
-
-    def approved() -> bool | None:
-        """Passes as the controller makes them after each backoff. Beside the played 409, a
-        real one may come first: Trainer writing the TrainJob between a pass's read and its
-        raise, or Kueue the Workload before its approval."""
-        passes.append(_gate(gateway, kueue, started))
-        return True if passes[-1] is None else None
-
-    wait_until(approved, what="the pass that approves", timeout=60)
+    passes = _passes_until_approved(gateway, kueue, started)
     assert set(passes[:-1]) == {RETRY}, passes
     assert _state_now(kueue, started) == "Ready"
     tried = gateway.raised_events_at_approval

@@ -1,6 +1,7 @@
 """A leader whose Lease lapsed writes nothing more: paused (SIGSTOP) past its renew deadline,
-or behind a connection that stopped carrying packets, it sends no request that changes
-anything once the deadline is past, and it exits (75) for its Deployment to start it again.
+or behind a connection that stopped carrying packets, no request it sends once the deadline is
+past changes anything, and it exits (75) for its Deployment to start it again. (A write that
+passed its fence just before the pause leaves on resuming, refused by its precondition.)
 
 Who sent what, and when, is read from the API server's audit log (tests/cluster/harness.py:
 the replica acts as an audited user), not from the replica's own word.
@@ -18,6 +19,7 @@ import pytest
 from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
+from dispatch_k8s.core.shell import clock
 from tests.cluster.harness import ControlPlane
 from tests.cluster.wait import wait_until
 from tests.support.lifecycle import TRAINER, Step, read_trainjob, run_stage, start_args
@@ -45,6 +47,18 @@ def lapsed(coordination: client.CoordinationV1Api, namespace: str) -> None:
         return datetime.now(UTC) - spec.renew_time > timedelta(seconds=LEASE_SECONDS + 1) or None
 
     wait_until(free, what="the paused leader's Lease to lapse", timeout=4 * LEASE_SECONDS)
+
+
+def taken_over(coordination: client.CoordinationV1Api, namespace: str) -> None:
+    """A standby takes the lapsed Lease, preconditioned on what it read, as a replica would."""
+    read = coordination.read_namespaced_lease(LEASE_NAME, namespace).metadata
+    assert read is not None
+    now = clock.micro_now()
+    body = {
+        "metadata": {"resourceVersion": read.resource_version},
+        "spec": {"holderIdentity": "standby", "acquireTime": now, "renewTime": now},
+    }
+    coordination.patch_namespaced_lease(LEASE_NAME, namespace, body)
 
 
 def test_a_leader_paused_past_its_deadline_sends_no_write_when_it_resumes_and_exits(

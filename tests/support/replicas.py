@@ -169,22 +169,31 @@ def received(event: dict[str, Any]) -> datetime:
 def writes_after_the_deadline(events: list[dict[str, Any]]) -> tuple[datetime, list[str]]:
     """From one replica's audited requests (ControlPlane.audit_events): its deadline by the
     server's clock (its last renewal, which began earlier, plus the renew deadline: later than
-    its own), and each write received after it."""
+    its own), and each write received after it that the server took.
+
+    A write refused is let be: one that passed the replica's fence just before the process was
+    paused leaves when it resumes, however late, as a write already on the wire would arrive.
+    It carries the resourceVersion read before the pause, so once anyone else wrote the
+    object it is refused (409) and changes nothing.
+    """
     renewals = [
         e
         for e in events
-        if e["objectRef"].get("resource") == "leases"
-        and e["verb"] in WRITES
-        and e["responseStatus"]["code"] in (200, 201)
+        if e["objectRef"].get("resource") == "leases" and e["verb"] in WRITES and taken(e)
     ]
     assert renewals, "the replica never took its Lease"
     deadline = received(renewals[-1]) + RENEW_DEADLINE
     late = [
         f"{e['verb']} {e['requestURI']} at {e['requestReceivedTimestamp']}"
         for e in events
-        if e["verb"] in WRITES and received(e) > deadline
+        if e["verb"] in WRITES and received(e) > deadline and taken(e)
     ]
     return deadline, late
+
+
+def taken(event: dict[str, Any]) -> bool:
+    """Whether the API server took an audited request (answered 2xx)."""
+    return 200 <= int(event["responseStatus"]["code"]) <= 299
 
 
 def other_teams_trainjob(

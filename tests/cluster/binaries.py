@@ -1,6 +1,7 @@
 """Build the control plane's Go binaries from their modules, cached outside the repo.
 
-`python -m tests.cluster.binaries build` builds whatever is missing from the cache;
+`python -m tests.cluster.binaries build` builds whatever is missing from the cache (with
+`--background`, in a niced process of its own that anyone needing a binary waits for);
 `python -m tests.cluster.binaries pin` regenerates the wrapper modules from versions.toml.
 Nothing here is downloaded prebuilt: every binary is compiled from the Go module proxy's
 sources with the machine's Go toolchain (docs/design.md §4, docs/development.md).
@@ -8,6 +9,7 @@ sources with the machine's Go toolchain (docs/design.md §4, docs/development.md
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -235,11 +237,24 @@ def binary_dir(component: Component, go_version_text: str) -> Path:
 
 
 def build(component: Component, go_version_text: str) -> Path:
-    """Build `component` unless its cache entry is complete; return the cache entry."""
+    """Build `component` unless its cache entry is complete; return the cache entry.
+
+    One process builds a component at a time: another that needs it waits for that build
+    (a background one, `build --background`) and then finds it cached.
+    """
     target = binary_dir(component, go_version_text)
     if (target / ".ok").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    with (target.parent / f".{component.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed, or the process ends
+        if (target / ".ok").exists():
+            return target
+        return _build_into(target, component)
+
+
+def _build_into(target: Path, component: Component) -> Path:
+    """Build into a staging directory beside `target`, then move it there whole."""
     staging = Path(tempfile.mkdtemp(prefix=f".{component.name}-", dir=target.parent))
     started = time.monotonic()
     workdir = _with_links_restored(component, staging) if component.links else None
@@ -307,13 +322,40 @@ def _about(seconds: int) -> str:
     return f"about {round(seconds / 60)} min" if seconds >= 90 else f"about {seconds} s"
 
 
+def _build_in_background(to_build: list[Component]) -> int:
+    """Start one niced process that builds `to_build`, and return: whoever needs one of them
+    first waits for its build (build's lock). Nothing is started when all are cached."""
+    if not to_build:
+        return 0
+    names = [c.name for c in to_build]
+    log = cache_root() / "background-build.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as sink:
+        subprocess.Popen(
+            # niced: the tests that run meanwhile keep the cores
+            ["nice", "-n", "19", sys.executable, "-m", "tests.cluster.binaries", "build", *names],
+            cwd=HERE.parent.parent,
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=sink,
+            start_new_session=True,  # not stopped with the shell that started it
+        )
+    cold = sum(COLD_BUILD_SECONDS.get(name, 0) for name in names)
+    sys.stderr.write(
+        f"building {', '.join(names)} in the background ({_about(cold)} cold, niced; "
+        f"its progress: {log})\n"
+    )
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    """Entry point: `pin [NAME…]`, or `build [--engines] [NAME…]`."""
+    """Entry point: `pin [NAME…]`, or `build [--engines] [--background] [NAME…]`."""
     command, *names = argv or ["build"]
-    engines = "--engines" in names
-    names = [name for name in names if name != "--engines"]
-    chosen = (
-        [c for c in components(engines=True, bench=True, release=True) if c.name in names]
+    engines, background = "--engines" in names, "--background" in names
+    names = [name for name in names if name not in ("--engines", "--background")]
+    every = components(engines=True, bench=True, release=True)
+    chosen = (  # in the order named: what is needed first is built first
+        [c for name in names for c in every if c.name == name]
         if names
         else components(engines=engines)
     )
@@ -324,6 +366,8 @@ def main(argv: list[str]) -> int:
     if command == "build":
         version = go_version()
         to_build = [c for c in chosen if not (binary_dir(c, version) / ".ok").exists()]
+        if background:
+            return _build_in_background(to_build)
         if to_build:
             cold = sum(COLD_BUILD_SECONDS.get(c.name, 0) for c in to_build)
             sys.stderr.write(
@@ -345,7 +389,9 @@ def main(argv: list[str]) -> int:
                 f"({time.monotonic() - started:.0f}s)\n"
             )
         return 0
-    sys.stderr.write("usage: python -m tests.cluster.binaries [pin|build [--engines]] [NAME...]\n")
+    sys.stderr.write(
+        "usage: python -m tests.cluster.binaries [pin|build [--engines] [--background]] [NAME...]\n"
+    )
     return 2
 
 

@@ -1,0 +1,57 @@
+"""tests/cluster/binaries.py: one process builds a component at a time."""
+
+from __future__ import annotations
+
+import fcntl
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.cluster import binaries
+
+GO_VERSION = "go version go0.0 test/none"
+
+
+@pytest.fixture
+def unbuildable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> binaries.Component:
+    """A component whose source does not compile: any build of it that runs fails."""
+    monkeypatch.setenv("DISPATCH_TESTBIN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(binaries, "MODULES_DIR", tmp_path / "go")
+    wrapper = tmp_path / "go" / "unbuildable"
+    wrapper.mkdir(parents=True)
+    (wrapper / "go.mod").write_text("module example.invalid/unbuildable\n\ngo 1.22\n")
+    (wrapper / "go.sum").write_text("")
+    (wrapper / "main.go").write_text("package main\n\nthis does not compile\n")
+    return binaries.Component(
+        name="unbuildable",
+        module="example.invalid/unbuildable",
+        version="v0.0.0",
+        binaries={"unbuildable": "."},
+        group=binaries.CONTROL_PLANE,
+    )
+
+
+def test_a_build_waits_for_the_one_under_way_and_then_finds_it_cached(
+    unbuildable: binaries.Component,
+) -> None:
+    target = binaries.binary_dir(unbuildable, GO_VERSION)
+    target.parent.mkdir(parents=True)
+    with ThreadPoolExecutor(1) as pool:
+        with (target.parent / ".unbuildable.lock").open("w") as under_way:
+            fcntl.flock(under_way, fcntl.LOCK_EX)  # another process's build, not finished
+            waiting = pool.submit(binaries.build, unbuildable, GO_VERSION)
+            with pytest.raises(TimeoutError):
+                waiting.result(timeout=1)
+            target.mkdir()  # the other build's entry, complete
+            (target / ".ok").write_text("1s\n")
+        assert waiting.result(timeout=30) == target
+    assert sorted(p.name for p in target.parent.iterdir()) == [".unbuildable.lock", target.name]
+
+
+def test_a_build_with_nothing_cached_and_nobody_building_runs(
+    unbuildable: binaries.Component,
+) -> None:
+    with pytest.raises(subprocess.CalledProcessError):
+        binaries.build(unbuildable, GO_VERSION)

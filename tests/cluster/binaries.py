@@ -13,6 +13,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -259,25 +260,41 @@ def _build_into(target: Path, component: Component) -> Path:
     started = time.monotonic()
     workdir = _with_links_restored(component, staging) if component.links else None
     log_path = target.parent / f"{component.name}-build.log"
+    # One `go build` for all of a component's binaries: a link runs beside the compiling of
+    # the next binary's packages, where one build per binary left a core idle during each.
+    built = staging / "built"
     with log_path.open("w") as log:
-        for binary, package in component.binaries.items():
-            _go(
-                "build",
-                *(["-tags", ",".join(component.tags)] if component.tags else []),
-                "-ldflags",
-                component.ldflags(),
-                "-o",
-                str(staging / binary),
-                package,
-                cwd=workdir or component.wrapper_dir,
-                log=log,
-            )
+        _go(
+            "build",
+            *(["-tags", ",".join(component.tags)] if component.tags else []),
+            "-ldflags",
+            component.ldflags(),
+            "-o",
+            f"{built}/",
+            *component.binaries.values(),
+            cwd=workdir or component.wrapper_dir,
+            log=log,
+        )
+    for binary, package in component.binaries.items():
+        (built / executable_name(package)).rename(staging / binary)
+    built.rmdir()
     if workdir is not None:
         shutil.rmtree(workdir.parent, ignore_errors=True)
     (staging / ".ok").write_text(f"{time.monotonic() - started:.0f}s\n")
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)  # atomic: a half-built entry is never seen as complete
     return target
+
+
+def executable_name(package: str) -> str:
+    """The file `go build -o DIR/` names a main package's executable: the last element of its
+    path that is not a major version (`helm.sh/helm/v3/cmd/helm`: helm; `.../kustomize/v5`:
+    kustomize)."""
+    elements = package.split("/")
+    last = elements[-1]
+    if len(elements) > 1 and re.fullmatch(r"v[1-9][0-9]*", last) and last != "v1":
+        return elements[-2]
+    return last
 
 
 def _with_links_restored(component: Component, staging: Path) -> Path:

@@ -55,3 +55,20 @@ def test_a_build_with_nothing_cached_and_nobody_building_runs(
 ) -> None:
     with pytest.raises(subprocess.CalledProcessError):
         binaries.build(unbuildable, GO_VERSION)
+
+
+@pytest.mark.parametrize(
+    ("package", "name"),
+    [
+        ("k8s.io/kubernetes/cmd/kube-apiserver", "kube-apiserver"),
+        ("go.etcd.io/etcd/server/v3", "server"),
+        ("sigs.k8s.io/kustomize/kustomize/v5", "kustomize"),
+        ("example.com/tool/v10", "tool"),
+        ("example.com/tool/v1", "v1"),
+        ("example.com/tool/v0", "v0"),
+        ("example.com/tool/v02", "v02"),
+        ("sigs.k8s.io/jobset", "jobset"),
+    ],
+)
+def test_an_executable_is_named_as_go_build_names_it(package: str, name: str) -> None:
+    assert binaries.executable_name(package) == name

@@ -50,6 +50,7 @@ COLD_BUILD_SECONDS: Final = {
     "kustomize": 67,
     "helm": 163,
 }
+NICED: Final = ("nice", "-n", "19")  # a background build leaves the cores to the tests
 KUBE_VERSION_PACKAGES: Final = (
     "k8s.io/component-base/version",
     "k8s.io/client-go/pkg/version",
@@ -339,24 +340,32 @@ def _about(seconds: int) -> str:
     return f"about {round(seconds / 60)} min" if seconds >= 90 else f"about {seconds} s"
 
 
-def _build_in_background(to_build: list[Component]) -> int:
+def build_in_background(to_build: list[Component]) -> int:
     """Start one niced process that builds `to_build`, and return: whoever needs one of them
-    first waits for its build (build's lock). Nothing is started when all are cached."""
+    first waits for its build (build's lock). Nothing is started when all are cached, or while
+    a background build is under way (it holds the background lock for its whole life)."""
     if not to_build:
         return 0
     names = [c.name for c in to_build]
-    log = cache_root() / "background-build.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as sink:
-        subprocess.Popen(
-            # niced: the tests that run meanwhile keep the cores
-            ["nice", "-n", "19", sys.executable, "-m", "tests.cluster.binaries", "build", *names],
-            cwd=HERE.parent.parent,
-            stdin=subprocess.DEVNULL,
-            stdout=sink,
-            stderr=sink,
-            start_new_session=True,  # not stopped with the shell that started it
-        )
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    log = root / "background-build.log"
+    with (root / ".background.lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            sys.stderr.write(f"a background build is under way (its progress: {log})\n")
+            return 0
+        with log.open("w") as sink:
+            subprocess.Popen(
+                [*NICED, sys.executable, "-m", "tests.cluster.binaries", "build", *names],
+                cwd=HERE.parent.parent,
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=sink,
+                pass_fds=(lock.fileno(),),  # the lock is held while the process lives
+                start_new_session=True,  # not stopped with the shell that started it
+            )
     cold = sum(COLD_BUILD_SECONDS.get(name, 0) for name in names)
     sys.stderr.write(
         f"building {', '.join(names)} in the background ({_about(cold)} cold, niced; "
@@ -384,7 +393,7 @@ def main(argv: list[str]) -> int:
         version = go_version()
         to_build = [c for c in chosen if not (binary_dir(c, version) / ".ok").exists()]
         if background:
-            return _build_in_background(to_build)
+            return build_in_background(to_build)
         if to_build:
             cold = sum(COLD_BUILD_SECONDS.get(c.name, 0) for c in to_build)
             sys.stderr.write(

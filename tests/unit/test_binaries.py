@@ -72,3 +72,15 @@ def test_a_build_with_nothing_cached_and_nobody_building_runs(
 )
 def test_an_executable_is_named_as_go_build_names_it(package: str, name: str) -> None:
     assert binaries.executable_name(package) == name
+
+
+def test_no_second_background_build_starts_while_one_is_under_way(
+    unbuildable: binaries.Component, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = binaries.cache_root()
+    root.mkdir(parents=True)
+    with (root / ".background.lock").open("w") as under_way:
+        fcntl.flock(under_way, fcntl.LOCK_EX)  # held by the background build's process
+        assert binaries.build_in_background([unbuildable]) == 0
+    assert "a background build is under way" in capsys.readouterr().err
+    assert not (root / "background-build.log").exists(), "a second build was started"

@@ -37,25 +37,29 @@ LEASE_NAME: Final = "dispatch-admission-controller"  # its --lease-name default
 EXITED: Final = 75  # transient: its Deployment starts it again, as a standby
 
 
-def lapsed(coordination: client.CoordinationV1Api, namespace: str) -> None:
-    """Until the Lease has gone unrenewed for more than a lease duration: free for anyone."""
+def lapsed(coordination: client.CoordinationV1Api, namespace: str) -> str:
+    """Until the Lease has gone unrenewed for more than a lease duration: free for anyone. The
+    resourceVersion it was last read at."""
 
-    def free() -> bool | None:
-        spec = coordination.read_namespaced_lease(LEASE_NAME, namespace).spec
-        assert spec is not None
-        assert spec.renew_time is not None
-        return datetime.now(UTC) - spec.renew_time > timedelta(seconds=LEASE_SECONDS + 1) or None
+    def free() -> str | None:
+        lease = coordination.read_namespaced_lease(LEASE_NAME, namespace)
+        assert lease.metadata is not None
+        assert lease.spec is not None
+        assert lease.spec.renew_time is not None
+        unrenewed = datetime.now(UTC) - lease.spec.renew_time
+        if unrenewed <= timedelta(seconds=LEASE_SECONDS + 1):
+            return None
+        return str(lease.metadata.resource_version)
 
-    wait_until(free, what="the paused leader's Lease to lapse", timeout=4 * LEASE_SECONDS)
+    return wait_until(free, what="the paused leader's Lease to lapse", timeout=4 * LEASE_SECONDS)
 
 
-def taken_over(coordination: client.CoordinationV1Api, namespace: str) -> None:
-    """A standby takes the lapsed Lease, preconditioned on what it read, as a replica would."""
-    read = coordination.read_namespaced_lease(LEASE_NAME, namespace).metadata
-    assert read is not None
+def taken_over(coordination: client.CoordinationV1Api, namespace: str, version: str) -> None:
+    """A standby takes the lapsed Lease as read at `version` (its precondition), as a replica
+    would."""
     now = clock.micro_now()
     body = {
-        "metadata": {"resourceVersion": read.resource_version},
+        "metadata": {"resourceVersion": version},
         "spec": {"holderIdentity": "standby", "acquireTime": now, "renewTime": now},
     }
     coordination.patch_namespaced_lease(LEASE_NAME, namespace, body)
@@ -87,7 +91,10 @@ def test_a_leader_paused_past_its_deadline_sends_no_write_when_it_resumes_and_ex
             custom.patch_namespaced_custom_object(
                 *TRAINER, namespace, "trainjobs", name, {"spec": {"suspend": False}}
             )
-            lapsed(client.CoordinationV1Api(api_client), namespace)
+            # A standby takes it over, so a renewal caught between the fence and the send
+            # is refused too.
+            coordination = client.CoordinationV1Api(api_client)
+            taken_over(coordination, namespace, lapsed(coordination, namespace))
         finally:
             leader.process.send_signal(signal.SIGCONT)
         assert leader.process.wait(timeout=30) == EXITED

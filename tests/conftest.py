@@ -133,7 +133,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         if reporter is not None:
             reporter.write_line(
                 f"building {', '.join(absent)} from Go modules "
-                "(a cold build of the control plane takes ~11 min on 2 cores)"
+                f"({binaries.cold_build_time(absent)} cold on 2 cores)"
             )
         binaries.binaries()
 

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Final
@@ -337,7 +338,9 @@ def binaries(go_version_text: str | None = None, *, engines: bool = False) -> di
     return paths
 
 
-def _about(seconds: int) -> str:
+def cold_build_time(names: Iterable[str]) -> str:
+    """What building the named components took on a new machine, told as `about N min`."""
+    seconds = sum(COLD_BUILD_SECONDS.get(name, 0) for name in names)
     return f"about {round(seconds / 60)} min" if seconds >= 90 else f"about {seconds} s"
 
 
@@ -367,9 +370,8 @@ def build_in_background(to_build: list[Component]) -> int:
                 pass_fds=(lock.fileno(),),  # the lock is held while the process lives
                 start_new_session=True,  # not stopped with the shell that started it
             )
-    cold = sum(COLD_BUILD_SECONDS.get(name, 0) for name in names)
     sys.stderr.write(
-        f"building {', '.join(names)} in the background ({_about(cold)} cold, niced; "
+        f"building {', '.join(names)} in the background ({cold_build_time(names)} cold, niced; "
         f"its progress: {log})\n"
     )
     return 0
@@ -396,16 +398,16 @@ def main(argv: list[str]) -> int:
         if background:
             return build_in_background(to_build)
         if to_build:
-            cold = sum(COLD_BUILD_SECONDS.get(c.name, 0) for c in to_build)
+            building = [c.name for c in to_build]
             sys.stderr.write(
-                f"building from source: {', '.join(c.name for c in to_build)}; on this "
-                f"project's 2-core machine that took {_about(cold)} on a new machine (Go's "
-                f"downloads included), 0 s once cached in {cache_root()}\n"
+                f"building from source: {', '.join(building)}; on this project's 2-core machine "
+                f"that took {cold_build_time(building)} on a new machine (Go's downloads "
+                f"included), 0 s once cached in {cache_root()}\n"
             )
         for component in chosen:
             started = time.monotonic()
             if component in to_build:
-                took = _about(COLD_BUILD_SECONDS.get(component.name, 0))
+                took = cold_build_time([component.name])
                 sys.stderr.write(
                     f"{component.name} {component.version}: building "
                     f"{', '.join(component.binaries)} ({took} cold)\n"

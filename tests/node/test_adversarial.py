@@ -564,40 +564,58 @@ def _entry_sets_j(target: Target) -> None:
 # --- edits: the runtime -------------------------------------------------------------------
 
 
+def _edited(
+    custom: client.CustomObjectsApi,
+    group_version: tuple[str, str],
+    where: tuple[str, str, str],
+    change: Callable[[dict[str, Any]], object],
+) -> dict[str, Any]:
+    """Read the object at `where` (namespace, plural, name), `change` it and replace it, read
+    again and retried on a 409 as `kubectl edit` does: a controller's write between the read
+    and the replace is a conflict (which the API server finds before admission), not the
+    guard's answer. Returns the object as read for the replace that was answered."""
+    namespace, plural, name = where
+    for _ in range(5):
+        current = as_dict(custom.get_namespaced_custom_object(*group_version, *where))
+        edited = copy.deepcopy(current)
+        change(edited)
+        try:
+            custom.replace_namespaced_custom_object(*group_version, namespace, plural, name, edited)
+        except ApiException as e:
+            if e.status == 409:
+                continue
+            raise
+        return current
+    raise AssertionError(f"{plural}/{name} changed under each of 5 edits")
+
+
 def _runtime_api(target: Target) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(target.actor)
 
 
 def _runtime_env(target: Target) -> None:
     """A DISPATCH_ variable added to the trainer container of the runtime the job names."""
-    custom = _runtime_api(target)
-    runtime = as_dict(
-        custom.get_namespaced_custom_object(
-            *TRAINER, target.namespace, "trainingruntimes", LOCAL_RUNTIME
-        )
-    )
-    container = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][
-        "template"
-    ]["spec"]["containers"][0]
-    container["env"] = [{"name": wire.ENV_RESTART, "value": "500"}]
-    custom.replace_namespaced_custom_object(
-        *TRAINER, target.namespace, "trainingruntimes", LOCAL_RUNTIME, runtime
-    )
+
+    def add_env(runtime: dict[str, Any]) -> None:
+        container = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][
+            "template"
+        ]["spec"]["containers"][0]
+        container["env"] = [{"name": wire.ENV_RESTART, "value": "500"}]
+
+    where = (target.namespace, "trainingruntimes", LOCAL_RUNTIME)
+    _edited(_runtime_api(target), TRAINER, where, add_env)
 
 
 def _runtime_backoff(target: Target) -> None:
     """The runtime's trainer Job given pod retries: a retried pod would rerun the execution
     under the same A and J."""
-    custom = _runtime_api(target)
-    runtime = as_dict(
-        custom.get_namespaced_custom_object(
-            *TRAINER, target.namespace, "trainingruntimes", LOCAL_RUNTIME
-        )
-    )
-    runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["backoffLimit"] = 2
-    custom.replace_namespaced_custom_object(
-        *TRAINER, target.namespace, "trainingruntimes", LOCAL_RUNTIME, runtime
-    )
+
+    def retried(runtime: dict[str, Any]) -> None:
+        trainer_job = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]
+        trainer_job["spec"]["backoffLimit"] = 2
+
+    where = (target.namespace, "trainingruntimes", LOCAL_RUNTIME)
+    _edited(_runtime_api(target), TRAINER, where, retried)
 
 
 def _runtime_command(target: Target) -> None:
@@ -697,15 +715,12 @@ def _open_jobset_by_apply(target: Target) -> None:
 def _rewrite_jobset_owner(target: Target) -> None:
     """The JobSet's owner reference pointed elsewhere: the garbage collector would delete it
     as an orphan and Trainer build a new one whose J starts again at 0."""
-    custom = _jobsets(target)
-    jobset = as_dict(
-        custom.get_namespaced_custom_object(*JOBSET, target.namespace, "jobsets", target.name)
-    )
-    old_uid = jobset["metadata"]["uid"]
-    jobset["metadata"]["ownerReferences"][0]["uid"] = "00000000-0000-0000-0000-000000000000"
-    custom.replace_namespaced_custom_object(
-        *JOBSET, target.namespace, "jobsets", target.name, jobset
-    )
+
+    def disowned(jobset: dict[str, Any]) -> None:
+        jobset["metadata"]["ownerReferences"][0]["uid"] = "00000000-0000-0000-0000-000000000000"
+
+    where = (target.namespace, "jobsets", target.name)
+    old_uid = _edited(_jobsets(target), JOBSET, where, disowned)["metadata"]["uid"]
 
     def rebuilt() -> bool | None:
         try:

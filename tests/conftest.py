@@ -36,6 +36,7 @@ settings.register_profile("dispatch", deadline=None)
 settings.load_profile("dispatch")
 
 _PLANE: Final = pytest.StashKey[ControlPlane]()
+_ABSENT: Final = pytest.StashKey[list[str]]()  # control-plane components not built yet
 _NAME_UNSAFE: Final = re.compile(r"[^a-z0-9-]+")
 
 
@@ -115,27 +116,49 @@ def namespace(
                 raise
 
 
+def _needs_plane(item: pytest.Item) -> bool:
+    """The session's control plane, or one of the test's own (marked `cluster`)."""
+    uses_session_plane = "control_plane" in getattr(item, "fixturenames", ())
+    return uses_session_plane or item.get_closest_marker("cluster") is not None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that need no cluster first, each group in its collected order: on a new
+    machine they run while the control plane's binaries build in the background."""
+    items.sort(key=_needs_plane)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Build missing control-plane binaries before the first test, outside its timeout."""
-    if os.environ.get(EXISTING_CLUSTER_ENV):
-        return
-    if not any("control_plane" in getattr(item, "fixturenames", ()) for item in session.items):
+    """Refuse at once when the local control plane is needed and Go, to build it, is not."""
+    if os.environ.get(EXISTING_CLUSTER_ENV) or not any(map(_needs_plane, session.items)):
         return
     try:
-        absent = binaries.missing()
+        session.config.stash[_ABSENT] = binaries.missing()
     except FileNotFoundError as e:
         raise pytest.UsageError(
             f"the local control plane is built with Go, which is not installed ({e}); "
             f"or set {EXISTING_CLUSTER_ENV} to use an existing cluster"
         ) from e
-    if absent:
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_protocol(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, object, object]:
+    """Before the first test that needs the control plane, have its binaries: wait for the
+    background build (scripts/setup starts it), or build what it left. Outside every test's
+    timeout: this wrapper runs before pytest-timeout's starts the clock."""
+    absent = item.config.stash.get(_ABSENT, [])
+    if absent and _needs_plane(item):
+        reporter = item.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.write_line(
-                f"building {', '.join(absent)} from Go modules "
-                f"({binaries.cold_build_time(absent)} cold on 2 cores)"
+                f"the control plane's {', '.join(absent)}: waiting for their background build, "
+                f"or building what it left ({binaries.cold_build_time(absent)} cold on 2 cores)"
             )
-        binaries.binaries()
+        binaries.binaries()  # a build under way is waited for (its lock); a missing one is built
+        item.config.stash[_ABSENT] = []
+    return (yield)
 
 
 @pytest.hookimpl(wrapper=True)

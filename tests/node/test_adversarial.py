@@ -145,6 +145,7 @@ from tests.support.lifecycle import (
     Step,
     add_foreign_admission_entry,
     as_dict,
+    edit_object,
     edit_trainjob,
     read_trainjob,
     run_stage,
@@ -564,31 +565,6 @@ def _entry_sets_j(target: Target) -> None:
 # --- edits: the runtime -------------------------------------------------------------------
 
 
-def _edited(
-    custom: client.CustomObjectsApi,
-    group_version: tuple[str, str],
-    where: tuple[str, str, str],
-    change: Callable[[dict[str, Any]], object],
-) -> dict[str, Any]:
-    """Read the object at `where` (namespace, plural, name), `change` it and replace it, read
-    again and retried on a 409 as `kubectl edit` does: a controller's write between the read
-    and the replace is a conflict (which the API server finds before admission), not the
-    guard's answer. Returns the object as read for the replace that was answered."""
-    namespace, plural, name = where
-    for _ in range(5):
-        current = as_dict(custom.get_namespaced_custom_object(*group_version, *where))
-        edited = copy.deepcopy(current)
-        change(edited)
-        try:
-            custom.replace_namespaced_custom_object(*group_version, namespace, plural, name, edited)
-        except ApiException as e:
-            if e.status == 409:
-                continue
-            raise
-        return current
-    raise AssertionError(f"{plural}/{name} changed under each of 5 edits")
-
-
 def _runtime_api(target: Target) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(target.actor)
 
@@ -603,7 +579,7 @@ def _runtime_env(target: Target) -> None:
         container["env"] = [{"name": wire.ENV_RESTART, "value": "500"}]
 
     where = (target.namespace, "trainingruntimes", LOCAL_RUNTIME)
-    _edited(_runtime_api(target), TRAINER, where, add_env)
+    edit_object(_runtime_api(target), TRAINER, where, add_env)
 
 
 def _runtime_backoff(target: Target) -> None:
@@ -615,7 +591,7 @@ def _runtime_backoff(target: Target) -> None:
         trainer_job["spec"]["backoffLimit"] = 2
 
     where = (target.namespace, "trainingruntimes", LOCAL_RUNTIME)
-    _edited(_runtime_api(target), TRAINER, where, retried)
+    edit_object(_runtime_api(target), TRAINER, where, retried)
 
 
 def _runtime_command(target: Target) -> None:
@@ -720,7 +696,7 @@ def _rewrite_jobset_owner(target: Target) -> None:
         jobset["metadata"]["ownerReferences"][0]["uid"] = "00000000-0000-0000-0000-000000000000"
 
     where = (target.namespace, "jobsets", target.name)
-    old_uid = _edited(_jobsets(target), JOBSET, where, disowned)["metadata"]["uid"]
+    old_uid = edit_object(_jobsets(target), JOBSET, where, disowned)["metadata"]["uid"]
 
     def rebuilt() -> bool | None:
         try:

@@ -8,6 +8,7 @@ and running the pod's own command (the real prologue) under /bin/sh.
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
@@ -189,19 +190,34 @@ def edit_trainjob(
     Trainer writes a TrainJob's status on its own schedule, and a status write moves the
     resourceVersion a replace is preconditioned on; any other refusal is raised.
     """
+    edit_object(custom, TRAINER, (namespace, "trainjobs", name), change)
 
-    def replaced() -> bool | None:
-        job = read_trainjob(custom, namespace, name)
-        change(job)
+
+def edit_object(
+    custom: client.CustomObjectsApi,
+    group_version: tuple[str, str],
+    where: tuple[str, str, str],
+    change: Callable[[dict[str, Any]], None],
+) -> dict[str, Any]:
+    """Read the object at `where` (namespace, plural, name), change it and replace it; again
+    from a fresh read after a 409, as `kubectl edit` does: a controller's write between the read
+    and the replace is a conflict, which the API server finds before admission runs. Any other
+    refusal is raised. Returns the object as read for the replace that was taken."""
+    namespace, plural, name = where
+
+    def replaced() -> dict[str, Any] | None:
+        current = as_dict(custom.get_namespaced_custom_object(*group_version, *where))
+        edited = copy.deepcopy(current)
+        change(edited)
         try:
-            custom.replace_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name, job)
+            custom.replace_namespaced_custom_object(*group_version, namespace, plural, name, edited)
         except client.ApiException as e:
             if e.status == 409:
                 return None
             raise
-        return True
+        return current
 
-    wait_until(replaced, what=f"TrainJob {name} to be replaced", timeout=DEADLINE)
+    return wait_until(replaced, what=f"{plural}/{name} to be replaced", timeout=DEADLINE)
 
 
 def content(obj: Mapping[str, Any]) -> dict[str, Any]:

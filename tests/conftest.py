@@ -14,9 +14,11 @@ import contextlib
 import os
 import re
 import secrets
+import signal
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import Final
+from types import FrameType
+from typing import Final, NoReturn
 
 import pytest
 from hypothesis import settings
@@ -38,6 +40,18 @@ settings.load_profile("dispatch")
 _PLANE: Final = pytest.StashKey[ControlPlane]()
 _ABSENT: Final = pytest.StashKey[list[str]]()  # control-plane components not built yet
 _NAME_UNSAFE: Final = re.compile(r"[^a-z0-9-]+")
+
+
+def _interrupted(_signal: int, _frame: FrameType | None) -> NoReturn:
+    raise KeyboardInterrupt
+
+
+def pytest_configure() -> None:
+    """A SIGTERM (a CI timeout, `kill`) ends the run as Ctrl-C does: pytest then tears the
+    session down, so the control plane stops and the node removes its containers, mounts and
+    cgroups and puts the sysctls back. Left to its default, SIGTERM ends pytest at once and
+    leaves them on the host."""
+    signal.signal(signal.SIGTERM, _interrupted)
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,7 @@ import sys
 import threading
 from pathlib import Path
 
+from tests.cluster.process import die_with_parent
 from tests.cluster.relay import LOOPBACK, dial_unix, relay_forever
 
 
@@ -33,14 +34,17 @@ def main(argv: list[str]) -> int:
         parser.error("no program to run")
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     listener = socket.create_server((LOOPBACK, args.port))
-    threading.Thread(
-        target=relay_forever, args=(listener, dial_unix(args.socket)), daemon=True
-    ).start()
     # The harness signals the whole process group: PROGRAM gets the TERM itself, and this
     # process waits for it to end rather than leaving it behind. A handler, not SIG_IGN:
     # an ignored signal would stay ignored in PROGRAM across exec.
     signal.signal(signal.SIGTERM, lambda _signal, _frame: None)
-    return subprocess.run(program, check=False).returncode
+    # Killed with the harness (its own death signal), this process takes PROGRAM with it.
+    # Started before the relay's thread: preexec_fn is safe only while one thread runs.
+    program_process = subprocess.Popen(program, preexec_fn=die_with_parent)
+    threading.Thread(
+        target=relay_forever, args=(listener, dial_unix(args.socket)), daemon=True
+    ).start()
+    return program_process.wait()
 
 
 if __name__ == "__main__":

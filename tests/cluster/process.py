@@ -30,7 +30,7 @@ LOWEST_PORT: Final = 20000
 EPHEMERAL_RANGE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child, before exec: get SIGKILL when the harness process dies.
 
     Components run in their own session (so a terminal's Ctrl-C reaches only the harness, which
@@ -114,7 +114,7 @@ class Process:
                 env=child_environment(self.env),
                 cwd=self.cwd,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
 
     @property

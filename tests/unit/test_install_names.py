@@ -3,6 +3,7 @@ beside other distributions' `core` and `steps` packages."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -106,3 +107,18 @@ def test_it_installs_beside_other_core_and_steps_packages(wheel: Path, tmp_path:
     )
     assert version.stdout.strip() == "dispatch-hold (dispatch-k8s) 0.1.0"
     assert (env / "bin" / "dispatch-kueue-gates").exists()
+
+
+def test_the_install_page_names_every_executable_the_image_has(wheel: Path) -> None:
+    """docs/install.md lists the image's executables: the wheel's console scripts and its
+    scripts (the Kueue gates loop), no more and no fewer."""
+    archive = zipfile.ZipFile(wheel)
+    (entry_points,) = [n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")]
+    lines = archive.read(entry_points).decode().splitlines()
+    section = lines[lines.index("[console_scripts]") + 1 :]
+    scripts = {line.split("=")[0].strip() for line in section if "=" in line}
+    scripts |= {n.rsplit("/", 1)[1] for n in archive.namelist() if ".data/scripts/" in n}
+    page = (REPO / "docs" / "install.md").read_text()
+    start = page.index("One image holds every step")
+    listed = page[start : page.index("It has no", start)]
+    assert set(re.findall(r"`([a-z-]+)`", listed)) == scripts

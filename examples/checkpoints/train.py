@@ -6,11 +6,12 @@ Run as a TrainJob's trainer command, with the checkpoint volume mounted at --roo
 
     python train.py --root /checkpoints --steps 1000 --save-every 50
 
-It refuses to start without `DISPATCH_EPOCH` and `DISPATCH_ATTEMPT` (exit 2), resumes from the
-newest complete save (epoch_checkpoints.latest), and saves under its own epoch only, also once
-more when it is asked to stop (SIGTERM, within the pod's grace period). A save made that late,
-after a newer execution began, loses to the newer execution's saves by construction. Each event
-is one JSON line on stdout.
+It refuses to start without `DISPATCH_EPOCH` and `DISPATCH_ATTEMPT` (exit 2), starts on the
+store (dispatch_checkpoints: the save to resume from), and saves under its own epoch only, also
+once more when it is asked to stop (SIGTERM, within the pod's grace period). Once a newer
+execution has started, the store refuses this one's saves (StaleExecution): it reports that and
+steps aside with exit 0, since a newer execution owns the job and this one's end is no failure
+to retry. Each event is one JSON line on stdout.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from epoch_checkpoints import Execution, MissingIdentity, latest, load, save
+from dispatch_checkpoints import Execution, FilesystemStore, MissingIdentity, StaleExecution
 
 STATE = "state.json"
 
@@ -54,19 +55,35 @@ def main(argv: list[str]) -> int:
         stopping.set()
 
     signal.signal(signal.SIGTERM, on_term)
-    resumed = latest(args.root)
-    step = json.loads(load(resumed)[STATE])["step"] if resumed else 0
+    store = FilesystemStore(args.root)
+    try:
+        step = train(store, execution, args, stopping)
+    except StaleExecution as e:
+        report("stale", epoch=execution.epoch, reason=str(e))
+        return 0
+    report("stopped" if stopping.is_set() else "done", epoch=execution.epoch, step=step)
+    return 0
+
+
+def train(
+    store: FilesystemStore,
+    execution: Execution,
+    args: argparse.Namespace,
+    stopping: threading.Event,
+) -> int:
+    """Resume, step and save until --steps or SIGTERM; the last step reached."""
+    resumed = store.start(execution)
+    step = json.loads(store.load(resumed)[STATE])["step"] if resumed else 0
     report("resumed", epoch=execution.epoch, from_epoch=resumed and resumed.epoch, step=step)
     while step < args.steps and not stopping.wait(args.step_seconds):
         step += 1
         if step % args.save_every == 0:
-            saved = save(args.root, execution, step, {STATE: json.dumps({"step": step}).encode()})
-            report("saved", epoch=saved.epoch, step=step)
+            store.save(execution, step, {STATE: json.dumps({"step": step}).encode()})
+            report("saved", epoch=execution.epoch, step=step)
     if stopping.is_set() and step % args.save_every:
-        saved = save(args.root, execution, step, {STATE: json.dumps({"step": step}).encode()})
-        report("saved", epoch=saved.epoch, step=step, on="SIGTERM")
-    report("stopped" if stopping.is_set() else "done", epoch=execution.epoch, step=step)
-    return 0
+        store.save(execution, step, {STATE: json.dumps({"step": step}).encode()})
+        report("saved", epoch=execution.epoch, step=step, on="SIGTERM")
+    return step
 
 
 if __name__ == "__main__":

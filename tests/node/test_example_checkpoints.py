@@ -1,6 +1,7 @@
 """The training-code example (examples/checkpoints) on the real node, across executions: each
-resumes from the newest complete save, and a late save of an older execution, made after a
-newer one began and at a step far beyond it, is not what the next execution resumes from."""
+resumes from the newest complete save, and a late save of an older execution, tried after a
+newer one began and at a step far beyond it, is refused and is not what the next execution
+resumes from."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
-from epoch_checkpoints import Execution, latest, save
+from dispatch_checkpoints import Execution, FilesystemStore, StaleExecution
 from kubernetes import client
 
 from tests.cluster.wait import wait_until
@@ -18,7 +19,11 @@ from tests.support.executions import DEADLINE, TRAINER, execution_logs, node_run
 from tests.support.lifecycle import Step, run_stage, wait_for_drained_jobset
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
-EXAMPLE: Final = Path(__file__).resolve().parents[2] / "examples" / "checkpoints"
+REPO: Final = Path(__file__).resolve().parents[2]
+EXAMPLE: Final = REPO / "examples" / "checkpoints"
+LIBRARY: Final = (
+    REPO / "checkpoints"
+)  # the distribution's source: its package is importable from it
 TRAIN: Final = (
     "exec python3 /example/train.py --root /checkpoints --steps 1000000 --save-every 5 "
     "--step-seconds 0.05"
@@ -41,12 +46,15 @@ def checkpoint_runtime(
         pod["volumes"] = [
             {"name": "checkpoints", "hostPath": {"path": str(root), "type": "Directory"}},
             {"name": "example", "hostPath": {"path": str(EXAMPLE), "type": "Directory"}},
+            {"name": "library", "hostPath": {"path": str(LIBRARY), "type": "Directory"}},
         ]
         for container in pod["containers"]:
             container["volumeMounts"] = [
                 {"name": "checkpoints", "mountPath": "/checkpoints"},
                 {"name": "example", "mountPath": "/example", "readOnly": True},
+                {"name": "library", "mountPath": "/library", "readOnly": True},
             ]
+            container.setdefault("env", []).append({"name": "PYTHONPATH", "value": "/library"})
     custom = client.CustomObjectsApi(api_client)
     custom.create_cluster_custom_object(*TRAINER, "clustertrainingruntimes", runtime)
     yield runtime["metadata"]["name"], root
@@ -74,7 +82,7 @@ def saved_by(root: Path, epoch: int) -> int:
     """Until the execution of `epoch` has a complete save; its step."""
 
     def found() -> int | None:
-        newest = latest(root)
+        newest = FilesystemStore(root).latest()
         return newest.step if newest is not None and newest.epoch == epoch else None
 
     return wait_until(found, what=f"a save of epoch {epoch}", timeout=DEADLINE)
@@ -114,8 +122,10 @@ def test_the_next_execution_resumes_from_the_newer_save_not_the_late_older_one(
     assert second["from_epoch"] == first["epoch"]
     newer_step = saved_by(root, second["epoch"])
     # The first execution again, as a process that went on after the second began would:
-    # its own epoch, a step far beyond the second's.
-    save(root, Execution(first["epoch"], "late"), LATE_STEP, {"state.json": b'{"step": 1000}'})
+    # its own epoch, a step far beyond the second's. The store refuses it.
+    late = Execution(first["epoch"], "late")
+    with pytest.raises(StaleExecution):
+        FilesystemStore(root).save(late, LATE_STEP, {"state.json": b'{"step": 1000}'})
     hold()
 
     third = release(3)

@@ -1,4 +1,4 @@
-"""`kubectl-dispatch`: the kubectl plugin: `kubectl dispatch status [NAME] [flags]`.
+"""`kubectl-dispatch`: the kubectl plugin: `kubectl dispatch status|doctor [NAME] [flags]`.
 
 kubectl runs an executable named kubectl-dispatch found on PATH for `kubectl dispatch ...`,
 with the words after `dispatch`. The first is the subcommand; the rest go to its step.
@@ -12,19 +12,22 @@ from typing import Final
 
 from dispatch_k8s.core.rules.errors import BadInput
 from dispatch_k8s.core.shell.settings import version_text
-from dispatch_k8s.steps import status
+from dispatch_k8s.steps import doctor, status
 
 PROG: Final = "kubectl-dispatch"
-SUBCOMMANDS: Final[dict[str, Callable[[], None]]] = {"status": status.main}
+SUBCOMMANDS: Final[dict[str, Callable[[], None]]] = {"status": status.main, "doctor": doctor.main}
 USAGE: Final = """\
 usage: kubectl dispatch SUBCOMMAND [NAME] [flags]
 
 subcommands:
   status    dispatch-status: each TrainJob's mode, A, J, R, epoch and attempt (read-only);
             NAME is --name NAME; kubectl dispatch status --help tells its flags
+  doctor    dispatch-doctor: the install's preflight, one row per check with its fix
+            (read-only; exit 8 when a check fails)
 
 example:
   kubectl dispatch status train-42-3f9c1a2b -n team-a
+  kubectl dispatch doctor -n team-a
 """
 
 

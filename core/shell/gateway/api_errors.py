@@ -73,7 +73,8 @@ def unreadable(error: Exception) -> Exception:
     )
 
 
-def _is_admission_denial(message: str) -> bool:
+def is_admission_denial(message: str) -> bool:
+    """Whether the API server's message is an admission webhook's or policy's refusal."""
     return "admission webhook" in message or "ValidatingAdmissionPolicy" in message
 
 
@@ -81,7 +82,7 @@ def error_for(error: ApiError, what: str) -> DispatchError:
     """Map an API error to the step's outcome (docs/design.md §3 exit codes)."""
     status, message = error.status, error.message
     text = f"{what}: {status} {error.phrase}: {message}"
-    if _is_admission_denial(message):
+    if is_admission_denial(message):
         return Refused(text)
     if status in (401, 403):
         return Forbidden(text)

@@ -344,6 +344,18 @@ class Gateway:
         what = kind.describe(meta.get("namespace"), meta["name"])
         return with_retries(post, what=what, write=True, attempts=attempts)
 
+    def served_resources(self, group: str, version: str) -> set[str]:
+        """The resources the API server serves in one group version (discovery).
+
+        None when it does not serve the group version at all.
+        """
+        path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        try:
+            found = with_retries(lambda: self._json("GET", path), what=f"{group}/{version}")
+        except NotFound:
+            return set()
+        return {str(r.get("name")) for r in shapes.mappings(found.get("resources"))}
+
     def review(self, kind: Kind, spec: Mapping[str, Any]) -> dict[str, Any]:
         """POST a review (TokenReview, SubjectAccessReview); the answer is in its status.
 

@@ -71,6 +71,47 @@ LEASE: Final = Kind("Lease", "coordination.k8s.io", "v1", "leases")
 EVENT: Final = Kind("Event", "", "v1", "events")
 CONFIG_MAP: Final = Kind("ConfigMap", "", "v1", "configmaps")
 
+CLUSTER_QUEUE: Final = Kind(
+    "ClusterQueue", wire.KUEUE_GROUP, wire.KUEUE_VERSION, "clusterqueues", namespaced=False
+)
+# Read by the preflight (dispatch-doctor) only: what is installed, and as whom it runs.
+DEPLOYMENT: Final = Kind("Deployment", "apps", "v1", "deployments")
+CUSTOM_RESOURCE_DEFINITION: Final = Kind(
+    "CustomResourceDefinition",
+    "apiextensions.k8s.io",
+    "v1",
+    "customresourcedefinitions",
+    namespaced=False,
+)
+VALIDATING_POLICY: Final = Kind(
+    "ValidatingAdmissionPolicy",
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingadmissionpolicies",
+    namespaced=False,
+)
+VALIDATING_POLICY_BINDING: Final = Kind(
+    "ValidatingAdmissionPolicyBinding",
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingadmissionpolicybindings",
+    namespaced=False,
+)
+MUTATING_POLICY: Final = Kind(
+    "MutatingAdmissionPolicy",
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingadmissionpolicies",
+    namespaced=False,
+)
+MUTATING_POLICY_BINDING: Final = Kind(
+    "MutatingAdmissionPolicyBinding",
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingadmissionpolicybindings",
+    namespaced=False,
+)
+
 RUNTIMES: Final = {kind.name: kind for kind in (TRAINING_RUNTIME, CLUSTER_TRAINING_RUNTIME)}
 # Reviews are created and answered in their status, never kept: the metrics' authentication
 # and authorization (core/rules/access.py).

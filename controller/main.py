@@ -31,6 +31,7 @@ from dispatch_k8s.controller.leader import Elector
 from dispatch_k8s.controller.mirror import Key, Mirror, key_of
 from dispatch_k8s.controller.queue import RETRY, Again, WorkQueue
 from dispatch_k8s.controller.reconcile import Gatekeeper
+from dispatch_k8s.controller.settings import ControllerSettings
 from dispatch_k8s.controller.threads import Supervisor
 from dispatch_k8s.core.rules import gate, wire, workload
 from dispatch_k8s.core.rules.errors import BadInput, DispatchError, Fenced
@@ -38,7 +39,7 @@ from dispatch_k8s.core.shell import clock, output
 from dispatch_k8s.core.shell.gateway import Gateway, kinds
 from dispatch_k8s.core.shell.gateway.kinds import Kind
 from dispatch_k8s.core.shell.gateway.ratelimit import TokenBucket
-from dispatch_k8s.core.shell.settings import ControllerSettings, load_settings
+from dispatch_k8s.core.shell.settings import load_settings
 
 PROG: Final = "dispatch-admission-controller"
 Event = streams.Event

@@ -18,19 +18,15 @@ import pytest
 import urllib3
 import yaml
 
+from dispatch_k8s.controller.settings import ControllerSettings
 from dispatch_k8s.core.rules.errors import BadInput, OutOfTime
 from dispatch_k8s.core.shell import output
 from dispatch_k8s.core.shell.gateway import client, kinds
 from dispatch_k8s.core.shell.gateway.client import REQUEST_TIMEOUT, Deadline, Gateway
-from dispatch_k8s.core.shell.settings import (
-    ApproveSettings,
-    AuditSettings,
-    ControllerSettings,
-    StepSettings,
-    TrainJobSettings,
-    load_settings,
-)
+from dispatch_k8s.core.shell.settings import StepSettings, TrainJobSettings, load_settings
 from dispatch_k8s.steps import approve, audit
+from dispatch_k8s.steps.approve import ApproveSettings
+from dispatch_k8s.steps.audit import AuditSettings
 from tests.support.requests import request_flags
 
 REPO: Final = Path(__file__).resolve().parents[2]

@@ -311,17 +311,6 @@ def _configured_run() -> int:
         ControllerSettings, prog=PROG, argv=sys.argv[1:], about=ABOUT, example=EXAMPLE
     )
     output.configure_logging(PROG.removeprefix("dispatch-"), level=settings.log_level)
-    if (
-        min(settings.workers, settings.audit_workers) < 1
-        or settings.resync_seconds <= 0
-        or settings.lease_seconds < 3
-        or settings.kube_api_qps < 0
-        or settings.kube_api_burst < 1
-    ):
-        raise BadInput(
-            f"{PROG}: --workers, --audit-workers and --kube-api-burst must be at least 1, "
-            "--resync-seconds above 0, --kube-api-qps 0 or more and --lease-seconds at least 3"
-        )
     return run(settings)
 
 

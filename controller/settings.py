@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Final, Literal
 
-from pydantic import Field
+from pydantic import Field, ModelWrapValidatorHandler, ValidationError, model_validator
+from pydantic_core import InitErrorDetails
 
 from dispatch_k8s.core.shell.settings import ClusterSettings, doc
+
+# The bounds of the fields that say how many or how often (each a constraint of its field), told
+# together in one line whichever is broken.
+BOUNDS: Final = (
+    "--workers, --audit-workers and --kube-api-burst must be at least 1, --resync-seconds above "
+    "0, --kube-api-qps 0 or more and --lease-seconds at least 3"
+)
+_OUT_OF_BOUNDS: Final = frozenset({"greater_than", "greater_than_equal"})
 
 
 class ControllerSettings(ClusterSettings):
@@ -25,6 +34,7 @@ class ControllerSettings(ClusterSettings):
     ] = Field(default_factory=list)
     workers: Annotated[
         int,
+        Field(ge=1),
         doc(
             "How many Workloads are gated at once (each Workload by one worker at a time).",
             metavar="N",
@@ -32,6 +42,7 @@ class ControllerSettings(ClusterSettings):
     ] = 4
     resync_seconds: Annotated[
         float,
+        Field(gt=0),
         doc(
             "How often every Workload (and, auditing, every managed TrainJob, JobSet, Job and "
             "pod) is listed and looked at again, whatever the watch said.",
@@ -51,6 +62,7 @@ class ControllerSettings(ClusterSettings):
     ] = True
     audit_workers: Annotated[
         int,
+        Field(ge=1),
         doc(
             "How many TrainJobs are audited at once (each TrainJob by one worker at a time).",
             metavar="N",
@@ -80,6 +92,7 @@ class ControllerSettings(ClusterSettings):
     ] = "reject"
     kube_api_qps: Annotated[
         float,
+        Field(ge=0),
         doc(
             "Requests a second the leader's work sends the API server at most, over all its "
             "threads (a token bucket, as client-go's); 0 turns the limit off. The Lease's "
@@ -89,6 +102,7 @@ class ControllerSettings(ClusterSettings):
     ] = 100.0
     kube_api_burst: Annotated[
         int,
+        Field(ge=1),
         doc(
             "Requests sent at once, beyond --kube-api-qps, after a quiet spell.",
             metavar="N",
@@ -140,6 +154,7 @@ class ControllerSettings(ClusterSettings):
     ] = ""
     lease_seconds: Annotated[
         int,
+        Field(ge=3),
         doc(
             "How long a Lease not renewed stays with its holder before another replica takes "
             "it; the leader renews every third of it and stops leading when it could not "
@@ -147,3 +162,23 @@ class ControllerSettings(ClusterSettings):
             metavar="SECONDS",
         ),
     ] = 15
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _bounds_told_together(
+        cls, data: Any, handler: ModelWrapValidatorHandler[ControllerSettings]
+    ) -> ControllerSettings:
+        """Every value out of its bounds is told as BOUNDS, once any other error is fixed."""
+        try:
+            return handler(data)
+        except ValidationError as e:
+            others = [
+                InitErrorDetails(
+                    type=item["type"], loc=item["loc"], input=item["input"], ctx=item.get("ctx", {})
+                )
+                for item in e.errors()
+                if item["type"] not in _OUT_OF_BOUNDS
+            ]
+            if others:  # told as they were before the bounds were checked
+                raise ValidationError.from_exception_data(e.title, others) from None
+            raise ValueError(BOUNDS) from e

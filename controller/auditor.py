@@ -30,6 +30,7 @@ from loguru import logger
 
 from dispatch_k8s.controller import serve, store, streams
 from dispatch_k8s.controller.queue import RETRY, Again, WorkQueue
+from dispatch_k8s.controller.settings import ControllerSettings
 from dispatch_k8s.controller.store import Key, own_key
 from dispatch_k8s.core.rules import erasure, shapes, wire
 from dispatch_k8s.core.rules.erasure import Erasure
@@ -38,7 +39,6 @@ from dispatch_k8s.core.shell import auditing
 from dispatch_k8s.core.shell.auditing import AuditOutcome, Erasures
 from dispatch_k8s.core.shell.gateway import Gateway, kinds
 from dispatch_k8s.core.shell.gateway.kinds import Kind
-from dispatch_k8s.core.shell.settings import ControllerSettings
 
 COMPONENT: Final = "admission-controller"  # the Events' source, as the gate's
 FIRST_BACKOFF: Final = 0.5  # seconds before a TrainJob the API server could not serve is tried

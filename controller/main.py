@@ -31,6 +31,7 @@ from dispatch_k8s.controller.leader import Elector
 from dispatch_k8s.controller.mirror import Key, Mirror, key_of
 from dispatch_k8s.controller.queue import RETRY, Again, WorkQueue
 from dispatch_k8s.controller.reconcile import Gatekeeper
+from dispatch_k8s.controller.settings import ControllerSettings
 from dispatch_k8s.controller.threads import Supervisor
 from dispatch_k8s.core.rules import gate, wire, workload
 from dispatch_k8s.core.rules.errors import BadInput, DispatchError, Fenced
@@ -38,7 +39,7 @@ from dispatch_k8s.core.shell import clock, output
 from dispatch_k8s.core.shell.gateway import Gateway, kinds
 from dispatch_k8s.core.shell.gateway.kinds import Kind
 from dispatch_k8s.core.shell.gateway.ratelimit import TokenBucket
-from dispatch_k8s.core.shell.settings import ControllerSettings, load_settings
+from dispatch_k8s.core.shell.settings import load_settings
 
 PROG: Final = "dispatch-admission-controller"
 Event = streams.Event
@@ -310,17 +311,6 @@ def _configured_run() -> int:
         ControllerSettings, prog=PROG, argv=sys.argv[1:], about=ABOUT, example=EXAMPLE
     )
     output.configure_logging(PROG.removeprefix("dispatch-"), level=settings.log_level)
-    if (
-        min(settings.workers, settings.audit_workers) < 1
-        or settings.resync_seconds <= 0
-        or settings.lease_seconds < 3
-        or settings.kube_api_qps < 0
-        or settings.kube_api_burst < 1
-    ):
-        raise BadInput(
-            f"{PROG}: --workers, --audit-workers and --kube-api-burst must be at least 1, "
-            "--resync-seconds above 0, --kube-api-qps 0 or more and --lease-seconds at least 3"
-        )
     return run(settings)
 
 

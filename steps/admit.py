@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Annotated, Any
 
 from loguru import logger
 
@@ -12,7 +12,29 @@ from dispatch_k8s.core.rules import decisions, events, trainjob, wire, workload
 from dispatch_k8s.core.rules.errors import PreconditionFailed, Refused, Transient
 from dispatch_k8s.core.shell import output
 from dispatch_k8s.core.shell.gateway import kinds, watching
-from dispatch_k8s.core.shell.settings import AdmitSettings
+from dispatch_k8s.core.shell.settings import CHECK_DOC, TrainJobSettings, doc
+
+
+class AdmitSettings(TrainJobSettings):
+    """`dispatch-admit`: raise A for the Workload's current reservation."""
+
+    check: Annotated[str, CHECK_DOC] = "dispatch-admission"
+    wait: Annotated[
+        bool,
+        doc(
+            "Wait for a reservation to act on (list, then watch) and for the last execution's "
+            "Jobs to drain, instead of refusing (6); --no-wait turns it off.",
+            default="off",
+        ),
+    ] = False
+    timeout: Annotated[
+        float,
+        doc(
+            "With --wait: how long to wait before giving up with exit 75.",
+            metavar="SECONDS",
+            default="300",
+        ),
+    ] = 300.0
 
 
 def _reservation_among(

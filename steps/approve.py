@@ -2,13 +2,58 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from loguru import logger
 
 from dispatch_k8s.core.rules import decisions, trainjob, workload
 from dispatch_k8s.core.rules.errors import PreconditionFailed, Refused
 from dispatch_k8s.core.shell import clock, output
 from dispatch_k8s.core.shell.gateway import kinds
-from dispatch_k8s.core.shell.settings import ApproveSettings
+from dispatch_k8s.core.shell.gateway.kubeconfig import DEFAULT_NAMESPACE
+from dispatch_k8s.core.shell.settings import (
+    CHECK_DOC,
+    NAMESPACE_DEFAULT,
+    NamespacedSettings,
+    WritingSettings,
+    doc,
+)
+
+
+class ApproveSettings(NamespacedSettings, WritingSettings):
+    """`dispatch-approve`: mark the check Ready for the reservation admit raised A for."""
+
+    namespace: Annotated[
+        str, doc("The Workload's namespace.", metavar="NAMESPACE", default=NAMESPACE_DEFAULT)
+    ] = DEFAULT_NAMESPACE
+    workload: Annotated[
+        str,
+        doc(
+            "The Workload dispatch-admit raised A for (its `workload` result).",
+            metavar="NAME",
+            default="required",
+        ),
+    ]
+    workload_resource_version: Annotated[
+        str,
+        doc(
+            "The Workload's resourceVersion dispatch-admit read (its `workloadResourceVersion` "
+            "result): the approval is preconditioned on it, so it lands on that very "
+            "reservation or not at all (exit 3).",
+            metavar="VERSION",
+            default="required",
+        ),
+    ]
+    admission: Annotated[
+        int,
+        doc(
+            "The A dispatch-admit raised (its `admission` result); it must equal the "
+            "TrainJob's admission floor.",
+            metavar="A",
+            default="required",
+        ),
+    ]
+    check: Annotated[str, CHECK_DOC] = "dispatch-admission"
 
 
 def run(settings: ApproveSettings) -> output.Result:

@@ -7,7 +7,11 @@ from dispatch_k8s.core.rules.errors import DispatchError, Foreign
 from dispatch_k8s.core.shell import output
 from dispatch_k8s.core.shell.auditing import AuditOutcome, audit_namespace, audit_trainjob
 from dispatch_k8s.core.shell.gateway import kinds
-from dispatch_k8s.core.shell.settings import AuditSettings
+from dispatch_k8s.core.shell.settings import TargetSettings, WritingSettings
+
+
+class AuditSettings(TargetSettings, WritingSettings):
+    """`dispatch-audit`: audit one TrainJob or a namespace's, each with at most one update."""
 
 
 def run(settings: AuditSettings) -> output.Result | output.Report:

@@ -12,7 +12,8 @@ from dispatch_k8s.core.rules.errors import BadInput, PreconditionFailed, Refused
 from dispatch_k8s.core.rules.request import StartRequest
 from dispatch_k8s.core.shell import output
 from dispatch_k8s.core.shell.gateway import Gateway, kinds
-from dispatch_k8s.core.shell.settings import StartSettings, read_document
+from dispatch_k8s.core.shell.settings import read_document
+from dispatch_k8s.steps.start_settings import StartSettings
 
 # Three creates at most (claim, TrainJob, record), then done: more rounds mean records are
 # being deleted as start makes them.

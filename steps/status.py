@@ -6,7 +6,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from typing import Annotated, Any, Final, Literal
 
 import yaml
 
@@ -14,7 +14,42 @@ from dispatch_k8s.core.rules import gate, status, trainjob, wire
 from dispatch_k8s.core.rules.errors import NotFound
 from dispatch_k8s.core.shell import output
 from dispatch_k8s.core.shell.gateway import Gateway, kinds, watching
-from dispatch_k8s.core.shell.settings import StatusSettings, load_settings
+from dispatch_k8s.core.shell.settings import CHECK_DOC, TargetSettings, doc, load_settings
+
+
+class StatusSettings(TargetSettings):
+    """`dispatch-status`: what one TrainJob, or every dispatch-managed one, is at, read-only."""
+
+    name: Annotated[
+        str | None,
+        doc(
+            "The TrainJob to show.", metavar="NAME", default="none: give this, --all or --selector"
+        ),
+    ] = None
+    all: Annotated[
+        bool,
+        doc("Show every TrainJob of the namespace that dispatch-start made.", default="off"),
+    ] = False
+    # A table, as kubectl get prints, where the steps print a result: a format of its own.
+    output: Annotated[
+        Literal["table", "json", "yaml"],
+        doc(
+            "table (as kubectl get: a header, one row per job), json (one object per job, "
+            "one a line) or yaml (one document per job).",
+            metavar="table|json|yaml",
+            default="table, on a terminal or not (as kubectl)",
+        ),
+    ] = "table"  # type: ignore[assignment]
+    watch: Annotated[
+        bool,
+        doc(
+            "After the jobs, watch them and print a job again each time its TrainJob changes, "
+            "until interrupted (Ctrl-C ends it with 0).",
+            default="off",
+        ),
+    ] = False
+    check: Annotated[str, CHECK_DOC] = "dispatch-admission"
+
 
 STEP: Final = "status"
 # How long each watch request lasts before the next: the watch itself goes on until Ctrl-C.

@@ -43,8 +43,8 @@ import yaml
 from kubernetes import client, config, watch
 from prometheus_client.parser import text_string_to_metric_families
 
+from dispatch_k8s.controller.settings import ControllerSettings
 from dispatch_k8s.core.rules.errors import Fenced
-from dispatch_k8s.core.shell.settings import ControllerSettings
 from tests.bench.steps import cluster_at, machine_line, say
 from tests.cluster.process import free_ports
 from tests.cluster.wait import wait_until

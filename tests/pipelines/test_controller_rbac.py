@@ -21,8 +21,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dispatch_k8s.controller.settings import ControllerSettings
 from dispatch_k8s.core.rules import events, wire
-from dispatch_k8s.core.shell.settings import ControllerSettings, load_settings
+from dispatch_k8s.core.shell.settings import load_settings
 from tests.cluster import kube
 from tests.cluster.process import free_ports
 from tests.cluster.wait import wait_until

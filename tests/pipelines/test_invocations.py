@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from dispatch_k8s.core.rules.errors import BadInput
-from dispatch_k8s.core.shell.settings import StartSettings, TrainJobSettings
+from dispatch_k8s.core.shell.settings import TrainJobSettings
+from dispatch_k8s.steps.start_settings import StartSettings
 from tests.support import cli, render
 from tests.support.render import ARGO_OUTPUTS, SAMPLE_NAMESPACE, TEKTON_RESULTS, Invocation
 from tests.support.shipped import default_image, manifest_files

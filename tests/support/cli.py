@@ -10,7 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Final, get_type_hints
 
-from dispatch_k8s.core.shell.settings import StartSettings, StepSettings, load_settings
+from dispatch_k8s.core.shell.settings import StepSettings, load_settings
+from dispatch_k8s.steps.start_settings import StartSettings
 from tests.support.render import Invocation
 from tests.support.shipped import REPO
 

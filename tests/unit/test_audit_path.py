@@ -23,7 +23,8 @@ from dispatch_k8s.core.rules.wire import (
     JOBSET_NAME_KEY,
     RESTART_ATTEMPT_KEY,
 )
-from dispatch_k8s.core.shell.settings import AuditSettings, load_settings
+from dispatch_k8s.core.shell.settings import load_settings
+from dispatch_k8s.steps.audit import AuditSettings
 from tests.unit.audit_factories import NAME, UID, decide_audit, jobset_dict, pod_dict, trainjob_dict
 
 TOKEN: Final = "job-7.3.1"

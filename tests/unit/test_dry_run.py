@@ -24,17 +24,13 @@ from dispatch_k8s.core.rules import wire, workload
 from dispatch_k8s.core.rules.errors import BadInput
 from dispatch_k8s.core.rules.workload import reservation_record
 from dispatch_k8s.core.shell.gateway import Gateway, client, kinds
-from dispatch_k8s.core.shell.settings import (
-    AdmitSettings,
-    ApproveSettings,
-    AuditSettings,
-    StartSettings,
-    StatusSettings,
-    TrainJobSettings,
-    WritingSettings,
-    load_settings,
-)
+from dispatch_k8s.core.shell.settings import TrainJobSettings, WritingSettings, load_settings
 from dispatch_k8s.steps import approve, audit, hold, start, unsuspend
+from dispatch_k8s.steps.admit import AdmitSettings
+from dispatch_k8s.steps.approve import ApproveSettings
+from dispatch_k8s.steps.audit import AuditSettings
+from dispatch_k8s.steps.start_settings import StartSettings
+from dispatch_k8s.steps.status import StatusSettings
 from tests.support.golden import check_golden
 from tests.support.requests import request_flags
 from tests.unit.audit_factories import NAME, UID, jobset_dict, trainjob_dict

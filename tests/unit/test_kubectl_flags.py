@@ -18,19 +18,15 @@ import pytest
 import urllib3
 import yaml
 
+from dispatch_k8s.controller.settings import ControllerSettings
 from dispatch_k8s.core.rules.errors import BadInput, OutOfTime
 from dispatch_k8s.core.shell import output
 from dispatch_k8s.core.shell.gateway import client, kinds
 from dispatch_k8s.core.shell.gateway.client import REQUEST_TIMEOUT, Deadline, Gateway
-from dispatch_k8s.core.shell.settings import (
-    ApproveSettings,
-    AuditSettings,
-    ControllerSettings,
-    StepSettings,
-    TrainJobSettings,
-    load_settings,
-)
+from dispatch_k8s.core.shell.settings import StepSettings, TrainJobSettings, load_settings
 from dispatch_k8s.steps import approve, audit
+from dispatch_k8s.steps.approve import ApproveSettings
+from dispatch_k8s.steps.audit import AuditSettings
 from tests.support.requests import request_flags
 
 REPO: Final = Path(__file__).resolve().parents[2]
@@ -419,6 +415,31 @@ def test_a_bad_value_from_a_flag_or_the_env_names_both(monkeypatch: pytest.Monke
     with pytest.raises(BadInput) as raised:
         load_settings(ControllerSettings, prog="c", argv=[])
     assert str(raised.value).startswith(named)
+
+
+CONTROLLER_BOUNDS: Final = (
+    "dispatch-admission-controller: --workers, --audit-workers and --kube-api-burst must be at "
+    "least 1, --resync-seconds above 0, --kube-api-qps 0 or more and --lease-seconds at least 3"
+)
+
+
+@pytest.mark.parametrize(
+    ("argv", "told"),
+    [
+        (["--workers", "0", "--lease-seconds", "2"], CONTROLLER_BOUNDS),
+        (["--kube-api-qps=-1", "--resync-seconds", "0"], CONTROLLER_BOUNDS),
+        # Any other bad value is told first, alone, as the bounds were once checked after it.
+        (
+            ["--audit-workers", "0", "--other-workloads", "x"],
+            "dispatch-admission-controller: --other-workloads (env DISPATCH_OTHER_WORKLOADS): "
+            "Input should be 'approve' or 'leave'",
+        ),
+    ],
+    ids=["at-least", "above", "other-first"],
+)
+def test_the_controller_s_bounds_are_told_together_in_one_line(argv: list[str], told: str) -> None:
+    done = step("dispatch-admission-controller", *argv)
+    assert (done.returncode, last_error(done)) == (2, told)
 
 
 def test_a_rule_over_several_flags_is_told_as_it_is() -> None:

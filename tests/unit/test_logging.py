@@ -16,14 +16,10 @@ from typing import Final
 import pytest
 from loguru import logger
 
+from dispatch_k8s.controller.settings import ControllerSettings
 from dispatch_k8s.core.rules.errors import BadInput
 from dispatch_k8s.core.shell import output
-from dispatch_k8s.core.shell.settings import (
-    ControllerSettings,
-    LogLevel,
-    StepSettings,
-    load_settings,
-)
+from dispatch_k8s.core.shell.settings import LogLevel, StepSettings, load_settings
 from tests.support.lifecycle import BIN
 
 TERMINAL_LINE: Final = re.compile(r"\d\d:\d\d:\d\d (DEBUG  |INFO   |WARNING|ERROR  ) \S.*")

@@ -26,15 +26,15 @@ from dispatch_k8s.core.rules.errors import BadInput, DispatchError, Transient
 from dispatch_k8s.core.rules.request import StartRequest
 from dispatch_k8s.core.shell.gateway import ApiError, Gateway, api_errors, kinds, kubeconfig
 from dispatch_k8s.core.shell.settings import (
-    AdmitSettings,
-    ApproveSettings,
-    StartSettings,
     StepSettings,
     TrainJobSettings,
     env_name,
     load_settings,
     read_document,
 )
+from dispatch_k8s.steps.admit import AdmitSettings
+from dispatch_k8s.steps.approve import ApproveSettings
+from dispatch_k8s.steps.start_settings import StartSettings
 from tests.unit.audit_factories import decide_audit, jobset_dict, pod_dict, trainjob_dict
 from tests.unit.fuzz import (
     BYTES,

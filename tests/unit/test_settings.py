@@ -12,23 +12,25 @@ import pytest
 import yaml
 from loguru import logger
 
+from dispatch_k8s.controller import settings as controller_settings
+from dispatch_k8s.controller.settings import ControllerSettings
 from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.rules.errors import BadInput
-from dispatch_k8s.core.shell import settings as settings_module
 from dispatch_k8s.core.shell.gateway import kubeconfig
 from dispatch_k8s.core.shell.settings import (
-    AdmitSettings,
-    ApproveSettings,
-    AuditSettings,
     ClusterSettings,
-    ControllerSettings,
     NamespacedSettings,
-    StartSettings,
     TrainJobSettings,
     env_name,
     load_settings,
     take_verbatim,
 )
+from dispatch_k8s.core.shell.settings import base as settings_base
+from dispatch_k8s.steps import admit, approve, audit, start_settings, status
+from dispatch_k8s.steps.admit import AdmitSettings
+from dispatch_k8s.steps.approve import ApproveSettings
+from dispatch_k8s.steps.audit import AuditSettings
+from dispatch_k8s.steps.start_settings import StartSettings
 from tests.support.requests import request_flags
 
 
@@ -250,11 +252,23 @@ def test_the_controller_takes_no_n() -> None:
 
 # No input is read from a variable a training pod sees (issue 27): DISPATCH_ATTEMPT was start's.
 POD_ENV: Final = {value for name, value in vars(wire).items() if name.startswith("ENV_")}
-INPUTS: Final = [
-    cls
-    for cls in vars(settings_module).values()
-    if isinstance(cls, type) and issubclass(cls, ClusterSettings)
-]
+# Every model, the shell's and those beside their step or the controller, once each.
+INPUTS: Final = list(
+    {
+        cls: None
+        for module in (
+            settings_base,
+            start_settings,
+            admit,
+            approve,
+            audit,
+            status,
+            controller_settings,
+        )
+        for cls in vars(module).values()
+        if isinstance(cls, type) and issubclass(cls, ClusterSettings)
+    }
+)
 
 
 @pytest.mark.parametrize("cls", INPUTS, ids=lambda cls: cls.__name__)

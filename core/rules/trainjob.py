@@ -236,7 +236,8 @@ def foreign_flag(trainjob: Mapping[str, Any]) -> ForeignFlag | None:
     return ForeignFlag(
         f"TrainJob {name} is flagged foreign ({wire.FOREIGN_ANNOTATION}): {cause}. A person "
         f"checks the cause, then removes the annotations {wire.FOREIGN_ANNOTATION} and "
-        f"{wire.FOREIGN_CAUSE_ANNOTATION} (docs/operations.md: A job flagged foreign)"
+        f"{wire.FOREIGN_CAUSE_ANNOTATION} in the one write that records the JobSet "
+        "(docs/operations.md: A job flagged foreign, step 4)"
     )
 
 

@@ -1,8 +1,9 @@
 """The admission controller's auditor on the real cluster, without the policies and with no
 audit step run: it records J as soon as it rises, flags an opening no raise covers and a
 replaced JobSet, a controller restarted mid-way loses nothing (it lists everything again),
-and once a person clears a flag as docs/operations.md says the next R is above every R the pods
-carried (docs/operations.md: A job flagged foreign, The auditor).
+and once a person follows docs/operations.md's runbook for a job flagged foreign, its blocks run
+as written with the controller on, the next R is above every R the pods carried
+(docs/operations.md: A job flagged foreign, The auditor).
 
 Pods are moved by playing the kubelet (tests/support/lifecycle.py): a pod failed by hand
 is what makes the real JobSet controller restart the job (J + 1) at a moment the test picks.
@@ -10,6 +11,8 @@ is what makes the real JobSet controller restart the job (J + 1) at a moment the
 
 from __future__ import annotations
 
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -19,12 +22,13 @@ from kubernetes import client
 from dispatch_k8s.core.rules import events, wire
 from tests.cluster.wait import wait_until
 from tests.integration.history import Execution, History
+from tests.support import snippets
 from tests.support.cluster_under_test import Cluster
+from tests.support.kubectl import HOW_TO_BUILD, find_kubectl, run_kubectl
 from tests.support.lifecycle import (
     TRAINER,
     Kubelet,
     Step,
-    clear_flag,
     read_jobset,
     read_trainjob,
     reset_jobset,
@@ -48,6 +52,44 @@ ERASED: Final = "record-erased: "  # a record moved back, as the Warning Event t
 def member(member: client.ApiClient) -> client.CustomObjectsApi:
     """The team member's view of the TrainJobs (the shared member's client)."""
     return client.CustomObjectsApi(member)
+
+
+@dataclass(frozen=True, slots=True)
+class Runbook:
+    """docs/operations.md's blocks for a job flagged foreign (`run: runbook`), as a person
+    runs them: the pinned kubectl first on PATH, the admin's kubeconfig with the test's
+    namespace as its context's, and NAME the TrainJob's name."""
+
+    kubeconfig: Path
+    kubectl: Path
+    read: snippets.Snippet  # step 1: the cause and the Events
+    clear: snippets.Snippet  # step 4: the flag cleared, the JobSet recorded
+    clear_bounded: snippets.Snippet  # step 4 where J may have risen unseen: its bound too
+
+    def run(self, block: snippets.Snippet, name: str) -> str:
+        """Run one block for the TrainJob `name`; its output."""
+        done = snippets.execute(
+            block,
+            replace={"NAME": name},
+            env={"KUBECONFIG": str(self.kubeconfig)},
+            first=[self.kubectl.parent],
+        )
+        assert done.returncode == 0, f"{block.where}\n{block.body}\n{done.stdout}\n{done.stderr}"
+        return done.stdout
+
+
+@pytest.fixture
+def runbook(control_plane: Cluster, namespace: str, tmp_path: Path) -> Runbook:
+    """The runbook's blocks, in the order docs/operations.md gives them."""
+    kubectl = find_kubectl()
+    assert kubectl is not None, f"scripts/setup builds kubectl: {HOW_TO_BUILD}"
+    kubeconfig = tmp_path / "person.kubeconfig"
+    shutil.copyfile(control_plane.kubeconfig, kubeconfig)
+    run_kubectl(
+        "config", "set-context", "--current", f"--namespace={namespace}", kubeconfig=kubeconfig
+    )
+    read, clear, clear_bounded = snippets.run_by("runbook")
+    return Runbook(kubeconfig, kubectl, read, clear, clear_bounded)
 
 
 def annotations_on(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, str]:
@@ -103,15 +145,17 @@ def cleared_and_released(
     step: Step,
     kubelet: Kubelet,
     history: History,
+    runbook: Runbook,
     custom: client.CustomObjectsApi,
     api_client: client.ApiClient,
     namespace: str,
     name: str,
     *,
     admission: int,
-    highest_restart: int | None = None,
+    restarts_lost: bool = False,
 ) -> Execution:
-    """What docs/operations.md tells a person (A job flagged foreign): hold, drain, clear, release.
+    """What docs/operations.md tells a person (A job flagged foreign): hold, drain, read the
+    cause, clear, release; its blocks as written (`restarts_lost`: step 4's second block).
 
     The released execution's R, read from its pod, is above every R any pod of the job
     carried, as the history watched them; the controller, running throughout, flags nothing
@@ -122,9 +166,17 @@ def cleared_and_released(
     wait_for_drained_jobset(api_client, namespace, name)
     refused = run_stage(step, "unsuspend", *target)
     assert (refused.code, "is flagged foreign" in refused.error) == (7, True), refused.error
+    cause = annotations_on(custom, namespace, name)[wire.FOREIGN_CAUSE_ANNOTATION]
+    told = runbook.run(runbook.read, name)
+    assert told.startswith(cause), told
+    assert events.FLAGGED in told, told
     earlier = history.of(name)
-    uid = str(read_jobset(custom, namespace, name)["metadata"]["uid"])
-    clear_flag(custom, namespace, name, uid, highest_restart=highest_restart)
+    runbook.run(runbook.clear_bounded if restarts_lost else runbook.clear, name)
+    records = annotations_on(custom, namespace, name)
+    assert (
+        records[wire.JOBSET_UID_ANNOTATION]
+        == read_jobset(custom, namespace, name)["metadata"]["uid"]
+    )
     released = run_stage(step, "unsuspend", *target)
     assert (released.code, released.result.get("admission")) == (0, admission), released.error
     pod = kubelet.wait_for_pod(name, restart=0, admission=admission)
@@ -149,6 +201,7 @@ def test_a_release_by_hand_after_a_hold_is_flagged_as_an_opening_no_raise_covers
     custom: client.CustomObjectsApi,
     member: client.CustomObjectsApi,
     api_client: client.ApiClient,
+    runbook: Runbook,
     tmp_path: Path,
 ) -> None:
     with (
@@ -175,7 +228,7 @@ def test_a_release_by_hand_after_a_hold_is_flagged_as_an_opening_no_raise_covers
         kubelet.wait_for_pod(name, restart=0, admission=1)
         assert {e.r for e in history.of(name)} == {1}
         cleared_and_released(
-            step, kubelet, history, custom, api_client, namespace, name, admission=2
+            step, kubelet, history, runbook, custom, api_client, namespace, name, admission=2
         )
         assert auditor.stop() == 0
     # No audit step ran: the flag is the controller's.
@@ -190,6 +243,7 @@ def test_a_jobset_replaced_after_a_restart_and_a_hold_is_flagged_and_the_next_r_
     torch_runtime: str,
     custom: client.CustomObjectsApi,
     api_client: client.ApiClient,
+    runbook: Runbook,
     tmp_path: Path,
 ) -> None:
     """Issue 24's first path: without the controller nothing recorded J = 1 and the release
@@ -209,7 +263,7 @@ def test_a_jobset_replaced_after_a_restart_and_a_hold_is_flagged_and_the_next_r_
         assert {e.r for e in history.of(name)} == {1, 2}
         # max(A, floor) + highest J (1) - J of the new JobSet (0) + 1
         cleared_and_released(
-            step, kubelet, history, custom, api_client, namespace, name, admission=3
+            step, kubelet, history, runbook, custom, api_client, namespace, name, admission=3
         )
 
 
@@ -439,6 +493,7 @@ def test_a_controller_down_while_j_rose_and_the_jobset_was_replaced_flags_it_on_
     torch_runtime: str,
     custom: client.CustomObjectsApi,
     api_client: client.ApiClient,
+    runbook: Runbook,
     tmp_path: Path,
 ) -> None:
     """What no one watched is gone with the JobSet: the J it reached (its pods went with it).
@@ -470,10 +525,13 @@ def test_a_controller_down_while_j_rose_and_the_jobset_was_replaced_flags_it_on_
                 step,
                 kubelet,
                 history,
+                runbook,
                 custom,
                 api_client,
                 namespace,
                 name,
                 admission=1 + bound + 1,
-                highest_restart=bound,
+                restarts_lost=True,
             )
+            highest = annotations_on(custom, namespace, name)[wire.HIGHEST_RESTART_ANNOTATION]
+            assert highest == str(bound)

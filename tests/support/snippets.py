@@ -29,6 +29,8 @@ from tests.support.shipped import REPO
 RUNNERS: Final = {
     "unit": "tests/unit/test_doc_snippets.py",  # no cluster: a few seconds in all
     "integration": "tests/integration/test_doc_snippets.py",  # against the test cluster
+    # docs/operations.md's runbook for a job flagged foreign, on such a job, the controller on
+    "runbook": "tests/integration/test_auditor.py",
 }
 # Fence languages that hold commands; a block with no language holds commands when a line
 # starts with a `$ ` prompt (output shown after a command).

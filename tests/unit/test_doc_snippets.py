@@ -74,7 +74,7 @@ def test_a_block_without_a_disposition_is_named_by_file_and_line() -> None:
         "page.md:3: a `sh` block neither run by a test (<!-- run: SUITE -->) nor marked "
         "<!-- not-run: REASON -->",
         "page.md:8: not-run without a reason",
-        "page.md:13: run by 'nightly', not a suite that runs snippets (integration, unit)",
+        "page.md:13: run by 'nightly', not a suite that runs snippets (integration, runbook, unit)",
         "page.md:17: a `$` block neither run by a test (<!-- run: SUITE -->) nor marked "
         "<!-- not-run: REASON -->",
         "page.md:24: a `sh` block neither run by a test (<!-- run: SUITE -->) nor marked "

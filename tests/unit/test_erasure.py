@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from dispatch_k8s.core.rules import audit, erasure, trainjob, wire
 from dispatch_k8s.core.rules.audit import Execution, FindingKind
 from dispatch_k8s.core.shell import auditing
-from tests.unit.audit_factories import UID, jobset_dict, pod_dict, trainjob_dict
+from tests.unit.audit_factories import OTHER_UID, UID, jobset_dict, pod_dict, trainjob_dict
 
 TRAINJOB_UID: Final = "7d444840-9dc0-11d1-b245-5ffdce74fad2"
 RAN: Final = Execution(r=3, slot="node/0/0", pod="pod-uid-1").text()  # A = 2, J = 1
@@ -142,6 +142,36 @@ def test_erased_again_after_the_flag_it_is_still_written_back() -> None:
     job_audit = auditing.audit_of(job, jobset_dict(), runtime_now=None, jobs=[], pods=[])
     decision = auditing.decide(job, jobset_dict(), job_audit, jobset_after=None, erased=found)
     assert decision.changes == {LAST: RAN}
+
+
+def _held(**changes: Any) -> dict[str, Any]:
+    held = recorded(**changes)
+    held["spec"]["suspend"] = True
+    return held
+
+
+def _audited(job: dict[str, Any], jobset: dict[str, Any]) -> auditing.Decision:
+    """The controller's pass over a version of the job and its (podless) JobSet."""
+    job_audit = auditing.audit_of(job, jobset, runtime_now=None, jobs=[], pods=[])
+    return auditing.decide(job, jobset, job_audit, jobset_after=jobset)
+
+
+def test_step_4_in_one_write_leaves_nothing_to_flag_and_the_first_of_two_writes_does() -> None:
+    """docs/operations.md, A job flagged foreign, step 4, on a held job whose JobSet was
+    replaced: the controller audits each version it is told. The one write (flag and cause
+    removed, the new JobSet recorded, J's bound raised) moves no record back and is audited
+    clean; the flag removed alone, as the first of two commands did, is flagged again."""
+    cause = f"JobSet UID {OTHER_UID} is not the recorded {UID}: J may have been reset"
+    flagged = _held(**{wire.FOREIGN_ANNOTATION: wire.FOREIGN, wire.FOREIGN_CAUSE_ANNOTATION: cause})
+    replaced = jobset_dict(uid=OTHER_UID)
+    one_write = _held(jobset_uid=OTHER_UID, highest="3")
+    assert erasure.decide_erasures(flagged, one_write) == ()
+    assert _audited(one_write, replaced) == auditing.Decision(findings=(), changes=None)
+    first_of_two = _held()
+    assert erasure.decide_erasures(flagged, first_of_two) == ()
+    again = _audited(first_of_two, replaced)
+    assert [f.kind for f in again.findings] == [FindingKind.JOBSET_UID]
+    assert (again.changes or {}).get(wire.FOREIGN_ANNOTATION) == wire.FOREIGN
 
 
 def _raised(job: dict[str, Any], restarts: int) -> dict[str, Any]:

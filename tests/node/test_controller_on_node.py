@@ -11,35 +11,19 @@ from tests.cluster import kube
 from tests.cluster.process import free_ports
 from tests.cluster.wait import wait_until
 from tests.support.cluster_under_test import Cluster
-from tests.support.controller_identity import SERVICE_ACCOUNT
 from tests.support.executions import DEADLINE, api_port
 from tests.support.kueue_objects import KueueSetup
 from tests.support.lifecycle import Step, as_dict, read_trainjob, start_queued
-from tests.support.node_controller import SELECTOR, replica_on_the_node, shipped_deployment
+from tests.support.node_controller import (
+    lease_holder,
+    replica_on_the_node,
+    replica_states,
+    shipped_deployment,
+)
 from tests.support.replicas import admitted
 from tests.support.step_identity import StepIdentity
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster, pytest.mark.images]
-
-
-def replica_states(core: client.CoreV1Api, namespace: str) -> list[str]:
-    """Each controller pod's phase, container state and log tail: why a replica is not Ready."""
-    states = []
-    for pod in as_dict(core.list_namespaced_pod(namespace, label_selector=SELECTOR))["items"]:
-        name = pod["metadata"]["name"]
-        status = pod.get("status") or {}
-        containers = [c.get("state") for c in status.get("containerStatuses") or []]
-        try:
-            log = str(core.read_namespaced_pod_log(name, namespace, tail_lines=5))
-        except client.ApiException as e:
-            log = f"(no log: {e.status})"
-        states.append(f"{name} {status.get('phase')} {containers} {log}")
-    return states
-
-
-def lease_holder(api: client.ApiClient, namespace: str) -> str | None:
-    lease = as_dict(client.CoordinationV1Api(api).read_namespaced_lease(SERVICE_ACCOUNT, namespace))
-    return lease["spec"].get("holderIdentity") or None
 
 
 def test_two_replicas_gate_the_queue_and_the_other_takes_over_from_a_killed_leader(

@@ -63,7 +63,6 @@ def service_account_mount(
     return Mount(host=mounted, container=SERVICE_ACCOUNT_DIR)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 42: exits 2, no temporary directory for its cert")
 def test_the_shipped_controller_serves_metrics_over_tls_on_a_read_only_root(
     step_image: str, service_account_mount: Mount, control_plane: Cluster, namespace: str
 ) -> None:

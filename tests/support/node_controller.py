@@ -106,36 +106,6 @@ def shipped_on_the_node(
     return deployment
 
 
-def replica_on_the_node(
-    shipped: dict[str, Any],
-    suffix: str,
-    *,
-    port: int,
-    api: int,
-    image: str,
-    namespaces: Sequence[str] = (),
-) -> dict[str, Any]:
-    """One replica of the shipped Deployment, on the host network at 127.0.0.1:`port`."""
-    deployment = copy.deepcopy(shipped)
-    deployment["metadata"]["name"] += f"-{suffix}"
-    deployment["metadata"].pop("namespace", None)
-    spec = deployment["spec"]
-    spec["replicas"] = 1
-    for labels in (spec["selector"]["matchLabels"], spec["template"]["metadata"]["labels"]):
-        labels["app.kubernetes.io/instance"] = suffix
-    pod = spec["template"]["spec"] = on_the_node(spec["template"]["spec"], api)
-    (container,) = pod["containers"]
-    container["image"] = image
-    container["args"] = [
-        f"--address=127.0.0.1:{port}",
-        *(f"--namespaces={namespace}" for namespace in namespaces),
-    ]
-    container["ports"] = [{"name": "http", "containerPort": port}]
-    for probe in ("livenessProbe", "readinessProbe"):
-        container[probe]["httpGet"]["host"] = "127.0.0.1"
-    return deployment
-
-
 def pod_of(deployment: dict[str, Any], name: str) -> dict[str, Any]:
     """The pod the Deployment's template makes, named `name`."""
     template = copy.deepcopy(deployment["spec"]["template"])
@@ -180,9 +150,9 @@ def lease_holder(api: client.ApiClient, namespace: str) -> str | None:
     return lease["spec"].get("holderIdentity") or None
 
 
-def install(api: client.ApiClient, *, image: str, api_port: int, ports: Sequence[int]) -> str:
-    """pipelines/controller/ on the node, one replica per port, gating every namespace; the
-    namespace it is in."""
+def install(api: client.ApiClient, *, api_port: int, listeners: Sequence[Listeners]) -> str:
+    """pipelines/controller/ on the node, one replica per listeners, gating every namespace;
+    the namespace it is in."""
     (namespace,) = documents(CONTROLLER / "00-namespace.yaml")
     namespace = copy.deepcopy(namespace)
     labels = namespace["metadata"]["labels"]
@@ -192,9 +162,9 @@ def install(api: client.ApiClient, *, image: str, api_port: int, ports: Sequence
     kube.apply(api, namespace, namespace=None)
     for document in documents(RBAC):
         kube.apply(api, document, namespace=name)
-    for index, port in enumerate(ports):
-        replica = replica_on_the_node(
-            shipped_deployment(), "ab"[index], port=port, api=api_port, image=image
+    for instance, ports in zip("ab", listeners, strict=False):
+        replica = shipped_on_the_node(
+            shipped_deployment(), instance=instance, listeners=ports, api=api_port, namespace=name
         )
         kube.apply(api, replica, namespace=name)
     return name

@@ -10,9 +10,9 @@ given none. The probes stay on --address, plain HTTP, for the kubelet.
 from __future__ import annotations
 
 import datetime
+import os
 import socket
 import ssl
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -82,13 +82,24 @@ def tls_context(cert_dir: Path | None) -> ssl.SSLContext:
     if cert_dir is not None:
         context.load_cert_chain(cert_dir / "tls.crt", cert_dir / "tls.key")
         return context
-    with tempfile.TemporaryDirectory(prefix="dispatch-metrics-") as scratch:
-        certificate, key = Path(scratch) / "tls.crt", Path(scratch) / "tls.key"
-        certificate_bytes, key_bytes = self_signed(socket.gethostname())
-        certificate.write_bytes(certificate_bytes)
-        key.write_bytes(key_bytes)
-        context.load_cert_chain(certificate, key)  # read now: the files may go
+    certificate, key = self_signed(socket.gethostname())
+    load_from_memory(context, certificate + key)
     return context
+
+
+def load_from_memory(context: ssl.SSLContext, chain: bytes) -> None:
+    """Load a PEM certificate and its key into `context` from an anonymous file in memory.
+
+    The shipped pod's root filesystem is read-only and it mounts no writable volume, so there
+    is no temporary directory to write them to; OpenSSL reads only from a path, and
+    /proc/self/fd/N is one for a memfd, which no other process can open and which goes with
+    its last descriptor. The private key never touches a disk.
+    """
+    descriptor = os.memfd_create("dispatch-metrics-tls", os.MFD_CLOEXEC)
+    with open(descriptor, "wb") as chain_file:  # closes the descriptor: the memory goes
+        chain_file.write(chain)
+        chain_file.flush()
+        context.load_cert_chain(f"/proc/self/fd/{descriptor}")
 
 
 def self_signed(host: str) -> tuple[bytes, bytes]:

@@ -11,6 +11,7 @@ import pytest
 from tests.cluster import engine
 from tests.images.containers import Mount
 from tests.support.cluster_under_test import Cluster
+from tests.support.controller_identity import controller_identity
 from tests.support.fixtures import debian_image, docker_engine, step_image
 
 
@@ -46,4 +47,4 @@ def outputs_mount(tmp_path: Path) -> Mount:
     return Mount(host=outputs, container="/outputs", writable=True)
 
 
-__all__ = ["debian_image", "docker_engine", "step_image"]
+__all__ = ["controller_identity", "debian_image", "docker_engine", "step_image"]

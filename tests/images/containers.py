@@ -111,3 +111,46 @@ def run_container(
         stderr=text,
         logs=_json_lines(text),
     )
+
+
+# The securityContext fields as_the_pod carries over to the engine; a shipped field not among
+# them fails the test rather than being left out unseen.
+POD_SECURITY: Final = {"runAsNonRoot", "runAsUser", "runAsGroup", "seccompProfile"}
+CONTAINER_SECURITY: Final = {"allowPrivilegeEscalation", "readOnlyRootFilesystem", "capabilities"}
+
+
+def as_the_pod(
+    image: str,
+    pod: Mapping[str, Any],
+    command: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    mounts: Sequence[Mount] = (),
+) -> DockerContainer:
+    """A container set up as `pod`'s one container says (not started): its user and group,
+    the root filesystem read-only if it says so with a tmpfs only where it mounts an emptyDir,
+    its capabilities dropped, no privilege escalation, the engine's default seccomp profile."""
+    (spec,) = pod["containers"]
+    pod_security, security = pod["securityContext"], spec["securityContext"]
+    assert set(pod_security) <= POD_SECURITY, f"not carried over: {pod_security}"
+    assert set(security) <= CONTAINER_SECURITY, f"not carried over: {security}"
+    assert pod_security["seccompProfile"] == {"type": "RuntimeDefault"}  # the engine's default
+    assert pod_security["runAsNonRoot"] is True
+    assert set(security["capabilities"]) == {"drop"}, "only dropped, none added"
+    volumes = {volume["name"]: volume for volume in pod.get("volumes") or []}
+    made = DockerContainer(
+        image,
+        env=dict(env),
+        volumes=[(str(m.host), m.container, "rw" if m.writable else "ro") for m in mounts],
+        network_mode="host",
+        read_only=security["readOnlyRootFilesystem"],
+        user=f"{pod_security['runAsUser']}:{pod_security['runAsGroup']}",
+        cap_drop=security["capabilities"]["drop"],
+        security_opt=[] if security["allowPrivilegeEscalation"] else ["no-new-privileges"],
+    )
+    for mounted in spec.get("volumeMounts") or []:
+        volume = volumes[mounted["name"]]
+        assert set(volume) == {"name", "emptyDir"}, f"an emptyDir only: {volume}"
+        made.with_tmpfs_mount(mounted["mountPath"])
+    made.with_command(list(command))
+    return made

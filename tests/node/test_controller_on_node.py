@@ -8,38 +8,22 @@ from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
 from tests.cluster import kube
-from tests.cluster.process import free_ports
 from tests.cluster.wait import wait_until
 from tests.support.cluster_under_test import Cluster
-from tests.support.controller_identity import SERVICE_ACCOUNT
 from tests.support.executions import DEADLINE, api_port
 from tests.support.kueue_objects import KueueSetup
 from tests.support.lifecycle import Step, as_dict, read_trainjob, start_queued
-from tests.support.node_controller import SELECTOR, replica_on_the_node, shipped_deployment
+from tests.support.node_controller import (
+    Listeners,
+    lease_holder,
+    replica_states,
+    shipped_deployment,
+    shipped_on_the_node,
+)
 from tests.support.replicas import admitted
 from tests.support.step_identity import StepIdentity
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster, pytest.mark.images]
-
-
-def replica_states(core: client.CoreV1Api, namespace: str) -> list[str]:
-    """Each controller pod's phase, container state and log tail: why a replica is not Ready."""
-    states = []
-    for pod in as_dict(core.list_namespaced_pod(namespace, label_selector=SELECTOR))["items"]:
-        name = pod["metadata"]["name"]
-        status = pod.get("status") or {}
-        containers = [c.get("state") for c in status.get("containerStatuses") or []]
-        try:
-            log = str(core.read_namespaced_pod_log(name, namespace, tail_lines=5))
-        except client.ApiException as e:
-            log = f"(no log: {e.status})"
-        states.append(f"{name} {status.get('phase')} {containers} {log}")
-    return states
-
-
-def lease_holder(api: client.ApiClient, namespace: str) -> str | None:
-    lease = as_dict(client.CoordinationV1Api(api).read_namespaced_lease(SERVICE_ACCOUNT, namespace))
-    return lease["spec"].get("holderIdentity") or None
 
 
 def test_two_replicas_gate_the_queue_and_the_other_takes_over_from_a_killed_leader(
@@ -55,16 +39,20 @@ def test_two_replicas_gate_the_queue_and_the_other_takes_over_from_a_killed_lead
 ) -> None:
     kueue.install(cpu="8")
     shipped = shipped_deployment()
+    (container,) = shipped["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == step_image_on_node, "the image the Deployment names"
     apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
     names = []
-    for suffix, port in zip("ab", free_ports(2), strict=True):
-        deployment = replica_on_the_node(
+    for instance in "ab":
+        # --namespaces: the replicas are not awaited at the end (the namespace's deletion is
+        # not), so they gate this test's namespace only and no later test's.
+        deployment = shipped_on_the_node(
             shipped,
-            suffix,
-            port=port,
+            instance=instance,
+            listeners=Listeners.free(),
             api=api_port(control_plane.kubeconfig),
-            image=step_image_on_node,
-            namespaces=[namespace],
+            namespace=namespace,
+            args=[f"--namespaces={namespace}"],
         )
         names.append(kube.apply(api_client, deployment, namespace=namespace)["metadata"]["name"])
 

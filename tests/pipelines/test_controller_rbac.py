@@ -33,11 +33,13 @@ from tests.support.controller_identity import (
     CONTROLLER,
     RBAC,
     SERVICE_ACCOUNT,
+    metrics_reader,
 )
 from tests.support.kueue_objects import KueueSetup
 from tests.support.lifecycle import Step, read_trainjob, start_args, start_queued
+from tests.support.node_controller import pod_of
 from tests.support.replicas import admitted, replicas, secure_get
-from tests.support.shipped import Manifest, documents, monitoring_object
+from tests.support.shipped import Manifest, documents
 from tests.support.step_identity import (
     StepIdentity,
     granted_by_the_server,
@@ -60,17 +62,6 @@ def shipped(kind: str) -> Manifest:
     found = [copy.deepcopy(doc) for _, doc in DOCUMENTS if doc["kind"] == kind]
     assert len(found) == 1, kind
     return found[0]
-
-
-def pod_of(deployment: Manifest, name: str) -> Manifest:
-    """The pod the Deployment's template makes, named `name`."""
-    template = copy.deepcopy(deployment["spec"]["template"])
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {**template["metadata"], "name": name},
-        "spec": template["spec"],
-    }
 
 
 # --- the manifests ------------------------------------------------------------------------
@@ -342,33 +333,15 @@ def test_the_shipped_identity_serves_metrics_to_the_reader_role_only(
     create): the API server reviews real ServiceAccount tokens; the one bound to
     pipelines/monitoring/metrics-reader.yaml's ClusterRole reads /metrics, another is
     refused, no token or a forged one is not authenticated."""
-    core = client.CoreV1Api(api_client)
-    for account in ("prometheus", "someone"):
-        core.create_namespaced_service_account(
-            namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=account))
-        )
-    reader = copy.deepcopy(monitoring_object("ClusterRole"))
-    reader["metadata"]["name"] += f"-{namespace}"  # tests never share cluster objects
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": reader["metadata"]["name"]},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": reader["metadata"]["name"],
-        },
-        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": namespace}],
-    }
-    kube.apply(api_client, reader, namespace=None)
-    kube.apply(api_client, binding, namespace=None)
-    try:
+    client.CoreV1Api(api_client).create_namespaced_service_account(
+        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="someone"))
+    )
+    with metrics_reader(api_client, namespace) as token:
         (port,) = free_ports(1)
         apart = ("--metrics-address", f"127.0.0.1:{port}")
         with replicas(controller_identity.kubeconfig, namespace, tmp_path, "sa", extra=apart) as (
             replica,
         ):
-            token = service_account_token(api_client, namespace, "prometheus")
 
             def let_in() -> bytes | None:
                 status, body, _ = secure_get(port, "/metrics", token)
@@ -386,6 +359,3 @@ def test_the_shipped_identity_serves_metrics_to_the_reader_role_only(
             assert replica.stop() == 0
         refused = [r for r in replica.records() if "403 Forbidden" in json.dumps(r)]
         assert refused == [], "the shipped RBAC lets it review"
-    finally:
-        kube.delete(api_client, binding, namespace=None)
-        kube.delete(api_client, reader, namespace=None)

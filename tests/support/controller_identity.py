@@ -3,6 +3,8 @@ its ServiceAccount: the identity the admission controller runs as."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -12,7 +14,7 @@ from kubernetes import client
 
 from tests.cluster import kube
 from tests.support.cluster_under_test import Cluster
-from tests.support.shipped import PIPELINES
+from tests.support.shipped import PIPELINES, monitoring_object
 from tests.support.step_identity import (
     StepIdentity,
     identity_objects,
@@ -24,6 +26,7 @@ CONTROLLER: Final = PIPELINES / "controller"
 RBAC: Final = CONTROLLER / "10-rbac.yaml"
 DEPLOYMENT: Final = CONTROLLER / "20-deployment.yaml"
 SERVICE_ACCOUNT: Final = "dispatch-admission-controller"
+PROMETHEUS: Final = "prometheus"  # the scraper's ServiceAccount, in the test's namespace
 
 
 @pytest.fixture
@@ -46,3 +49,33 @@ def controller_identity(
         yield identity
     finally:
         identity.remove()
+
+
+@contextlib.contextmanager
+def metrics_reader(api: client.ApiClient, namespace: str) -> Iterator[str]:
+    """A token of ServiceAccount `prometheus` in `namespace`, bound to
+    pipelines/monitoring/metrics-reader.yaml's ClusterRole as its comment says to bind it to
+    Prometheus' (the ClusterRole renamed for the namespace: tests never share cluster objects)."""
+    client.CoreV1Api(api).create_namespaced_service_account(
+        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=PROMETHEUS))
+    )
+    reader = copy.deepcopy(monitoring_object("ClusterRole"))
+    reader["metadata"]["name"] += f"-{namespace}"
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": reader["metadata"]["name"]},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": reader["metadata"]["name"],
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": PROMETHEUS, "namespace": namespace}],
+    }
+    kube.apply(api, reader, namespace=None)
+    kube.apply(api, binding, namespace=None)
+    try:
+        yield service_account_token(api, namespace, PROMETHEUS)
+    finally:
+        kube.delete(api, binding, namespace=None)
+        kube.delete(api, reader, namespace=None)

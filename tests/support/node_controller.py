@@ -2,65 +2,157 @@
 
 The node has no pod network, so each replica uses the host network: two replicas cannot
 share a port, so the shipped Deployment becomes one one-replica Deployment per replica, each
-on its own loopback port, with its probes sent to 127.0.0.1 (the pod IP of a host-network
+on loopback ports of its own, with its probes sent to 127.0.0.1 (the pod IP of a host-network
 pod is the node's own address, which nothing here may send to). The namespace cannot
-enforce Pod Security restricted, which forbids the host network.
+enforce Pod Security restricted, which forbids the host network. `shipped_on_the_node` is the
+one place the shipped Deployment is changed; tests/node/test_shipped_controller_on_node.py
+compares the pod that ran with the shipped one and fails on any difference it does not make.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from kubernetes import client
 
 from tests.cluster import kube
-from tests.support.controller_identity import CONTROLLER, DEPLOYMENT, RBAC
+from tests.cluster.process import LOOPBACK, free_ports
+from tests.support.controller_identity import CONTROLLER, RBAC, SERVICE_ACCOUNT
+from tests.support.dist import DIST
 from tests.support.executions import on_the_node
+from tests.support.lifecycle import as_dict
 from tests.support.shipped import documents
 
 SELECTOR: Final = "app.kubernetes.io/name=dispatch-admission-controller"
+INSTANCE_KEY: Final = "app.kubernetes.io/instance"
+BUNDLE: Final = DIST / "install-kueue.yaml"  # the bundle users install; the chart renders alike
+# The shipped flags that take a listen address, HOST:PORT.
+LISTEN_FLAGS: Final = ("--address", "--metrics-address")
 
 
-def replica_on_the_node(
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Listeners:
+    """The loopback ports one replica listens on: the probes (--address) and /metrics."""
+
+    probes: int
+    metrics: int
+
+    @classmethod
+    def free(cls) -> Listeners:
+        probes, metrics = free_ports(2)
+        return cls(probes=probes, metrics=metrics)
+
+
+def on_loopback(args: Sequence[str], listeners: Listeners) -> list[str]:
+    """The shipped args with each listen address moved to 127.0.0.1 at its port; every other
+    arg as shipped. A listen flag shipped in another form fails here, not on 0.0.0.0."""
+    ports = {"--address": listeners.probes, "--metrics-address": listeners.metrics}
+    moved, found = [], []
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if flag in LISTEN_FLAGS:
+            assert "=" in arg, f"a listen address as --flag=HOST:PORT, not {arg!r}"
+            moved.append(f"{flag}={LOOPBACK}:{ports[flag]}")
+            found.append(flag)
+        else:
+            moved.append(arg)
+    assert sorted(found) == sorted(LISTEN_FLAGS), f"the shipped listeners: {args}"
+    return moved
+
+
+def shipped_on_the_node(
     shipped: dict[str, Any],
-    suffix: str,
     *,
-    port: int,
+    instance: str,
+    listeners: Listeners,
     api: int,
-    image: str,
-    namespaces: Sequence[str] = (),
+    namespace: str,
+    args: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """One replica of the shipped Deployment, on the host network at 127.0.0.1:`port`."""
+    """The shipped Deployment as this node can run it, changed only where the node forces it.
+
+    One replica (replicas on the host network need ports of their own), named and labelled by
+    `instance` and placed in `namespace`; the host network, the node's toleration and the API
+    server's loopback address (executions.on_the_node); each listen address on 127.0.0.1, the
+    container port named for it and the probes' host to match. `args` are appended to the
+    shipped ones: a test that needs its own (and says why) names them here.
+    """
     deployment = copy.deepcopy(shipped)
-    deployment["metadata"]["name"] += f"-{suffix}"
+    deployment["metadata"]["name"] += f"-{instance}"
+    deployment["metadata"]["namespace"] = namespace
     spec = deployment["spec"]
     spec["replicas"] = 1
     for labels in (spec["selector"]["matchLabels"], spec["template"]["metadata"]["labels"]):
-        labels["app.kubernetes.io/instance"] = suffix
+        labels[INSTANCE_KEY] = instance
     pod = spec["template"]["spec"] = on_the_node(spec["template"]["spec"], api)
     (container,) = pod["containers"]
-    container["image"] = image
-    container["args"] = [
-        f"--address=127.0.0.1:{port}",
-        *(f"--namespaces={namespace}" for namespace in namespaces),
-    ]
-    container["ports"] = [{"name": "http", "containerPort": port}]
+    shipped_ports = {
+        arg.split("=", 1)[0]: int(arg.rsplit(":", 1)[1])
+        for arg in container["args"]
+        if arg.split("=", 1)[0] in LISTEN_FLAGS
+    }
+    container["args"] = [*on_loopback(container["args"], listeners), *args]
+    new_ports = {
+        shipped_ports["--address"]: listeners.probes,
+        shipped_ports["--metrics-address"]: listeners.metrics,
+    }
+    for port in container["ports"]:
+        port["containerPort"] = new_ports[port["containerPort"]]
     for probe in ("livenessProbe", "readinessProbe"):
-        container[probe]["httpGet"]["host"] = "127.0.0.1"
+        container[probe]["httpGet"]["host"] = LOOPBACK
     return deployment
+
+
+def pod_of(deployment: dict[str, Any], name: str) -> dict[str, Any]:
+    """The pod the Deployment's template makes, named `name`."""
+    template = copy.deepcopy(deployment["spec"]["template"])
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {**template["metadata"], "name": name},
+        "spec": template["spec"],
+    }
 
 
 def shipped_deployment() -> dict[str, Any]:
-    """The Deployment of pipelines/controller/."""
-    (deployment,) = [d for d in documents(DEPLOYMENT) if d["kind"] == "Deployment"]
+    """The admission controller's Deployment as dist/ ships it."""
+    (deployment,) = [d for d in documents(BUNDLE) if d["kind"] == "Deployment"]
     return deployment
 
 
-def install(api: client.ApiClient, *, image: str, api_port: int, ports: Sequence[int]) -> str:
-    """pipelines/controller/ on the node, one replica per port, gating every namespace; the
-    namespace it is in."""
+def replica_states(core: client.CoreV1Api, namespace: str) -> list[str]:
+    """Each controller pod's phase, container state and log tail: why a replica is not Ready."""
+    states = []
+    for pod in as_dict(core.list_namespaced_pod(namespace, label_selector=SELECTOR))["items"]:
+        name = pod["metadata"]["name"]
+        status = pod.get("status") or {}
+        containers = [c.get("state") for c in status.get("containerStatuses") or []]
+        try:
+            log = str(core.read_namespaced_pod_log(name, namespace, tail_lines=5))
+        except client.ApiException as e:
+            log = f"(no log: {e.status})"
+        states.append(f"{name} {status.get('phase')} {containers} {log}")
+    return states
+
+
+def lease_holder(api: client.ApiClient, namespace: str) -> str | None:
+    """The holder of the controller's Lease in `namespace`; None before there is one."""
+    leases = client.CoordinationV1Api(api)
+    try:
+        lease = as_dict(leases.read_namespaced_lease(SERVICE_ACCOUNT, namespace))
+    except client.ApiException as e:
+        if e.status != 404:
+            raise
+        return None
+    return lease["spec"].get("holderIdentity") or None
+
+
+def install(api: client.ApiClient, *, api_port: int, listeners: Sequence[Listeners]) -> str:
+    """pipelines/controller/ on the node, one replica per listeners, gating every namespace;
+    the namespace it is in."""
     (namespace,) = documents(CONTROLLER / "00-namespace.yaml")
     namespace = copy.deepcopy(namespace)
     labels = namespace["metadata"]["labels"]
@@ -70,9 +162,9 @@ def install(api: client.ApiClient, *, image: str, api_port: int, ports: Sequence
     kube.apply(api, namespace, namespace=None)
     for document in documents(RBAC):
         kube.apply(api, document, namespace=name)
-    for index, port in enumerate(ports):
-        replica = replica_on_the_node(
-            shipped_deployment(), "ab"[index], port=port, api=api_port, image=image
+    for instance, ports in zip("ab", listeners, strict=False):
+        replica = shipped_on_the_node(
+            shipped_deployment(), instance=instance, listeners=ports, api=api_port, namespace=name
         )
         kube.apply(api, replica, namespace=name)
     return name

@@ -94,13 +94,19 @@ def service_account_token(
     return str(answer.status.token)
 
 
+def cluster_ca(admin_kubeconfig: Path) -> bytes:
+    """The PEM CA bundle an admin kubeconfig trusts the API server by."""
+    cluster = yaml.safe_load(admin_kubeconfig.read_text())["clusters"][0]["cluster"]
+    if "certificate-authority-data" in cluster:
+        return base64.b64decode(cluster["certificate-authority-data"])
+    return Path(cluster["certificate-authority"]).read_bytes()
+
+
 def token_kubeconfig(admin_kubeconfig: Path, token: str, path: Path) -> Path:
     """A kubeconfig for the same server that authenticates with `token` only."""
     admin = yaml.safe_load(admin_kubeconfig.read_text())
     cluster = admin["clusters"][0]["cluster"]
-    ca = cluster.get("certificate-authority-data")
-    if ca is None and "certificate-authority" in cluster:
-        ca = base64.b64encode(Path(cluster["certificate-authority"]).read_bytes()).decode()
+    ca = base64.b64encode(cluster_ca(admin_kubeconfig)).decode()
     config = {
         "apiVersion": "v1",
         "kind": "Config",

@@ -8,6 +8,8 @@ tests/pipelines/test_controller_rbac.py.
 from __future__ import annotations
 
 import http.client
+import ssl
+import tempfile
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -86,6 +88,16 @@ def test_an_api_server_that_cannot_answer_refuses_and_nothing_is_remembered() ->
     assert decide.status(f"Bearer {READER}") == access.FORBIDDEN
     reviewer.down = False
     assert decide.status(f"Bearer {READER}") == access.ALLOWED
+
+
+def test_the_certificate_made_at_start_needs_no_writable_directory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As in the shipped pod: a read-only root filesystem and no writable volume, so no
+    # temporary directory (tempfile's own search is then what fails).
+    monkeypatch.setattr(tempfile, "tempdir", "/nonexistent/dispatch-metrics")
+    context = secure_metrics.tls_context(None)
+    assert context.minimum_version == ssl.TLSVersion.TLSv1_2
 
 
 @pytest.fixture

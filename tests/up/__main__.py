@@ -25,9 +25,9 @@ from kubernetes import client, config
 
 from tests.cluster import engine
 from tests.cluster.harness import ControlPlane, ControlPlaneError
-from tests.cluster.process import free_ports
 from tests.support import node_controller
 from tests.support.executions import NODE_RUNTIME, TRAINER, api_port, node_runtime
+from tests.support.shipped import default_image
 
 # How often the idle loop checks that every component is still running.
 WATCH_SECONDS = 2.0
@@ -76,20 +76,26 @@ def _start_engines(plane: ControlPlane, image: str) -> None:
 
 
 def _install_controller(plane: ControlPlane, image: str) -> None:
-    """pipelines/controller/ on the node: two replicas of the admission controller."""
+    """pipelines/controller/ on the node: two replicas of the admission controller, of `image`
+    (the one the Deployment names)."""
+    assert image == default_image(), f"the Deployment runs {default_image()}, not {image}"
     configuration = client.Configuration()
     config.load_kube_config(  # type: ignore[no-untyped-call]
         config_file=str(plane.kubeconfig), client_configuration=configuration
     )
-    ports = free_ports(2)
+    listeners = [node_controller.Listeners.free() for _ in range(2)]
     with client.ApiClient(configuration) as api:
         namespace = node_controller.install(
-            api, image=image, api_port=api_port(plane.kubeconfig), ports=ports
+            api, api_port=api_port(plane.kubeconfig), listeners=listeners
         )
-    served = ", ".join(f"127.0.0.1:{port}" for port in ports)
+    served = ", ".join(
+        f"/healthz, /readyz on 127.0.0.1:{ports.probes}, /metrics over TLS on "
+        f"127.0.0.1:{ports.metrics}"
+        for ports in listeners
+    )
     _say(
         f"dispatch-admission-controller: two replicas in namespace {namespace} (one Deployment "
-        f"each; /metrics, /healthz, /readyz on {served}); docs/kueue.md: The admission controller"
+        f"each; {served}); docs/kueue.md: The admission controller"
     )
 
 

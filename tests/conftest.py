@@ -136,10 +136,16 @@ def _needs_plane(item: pytest.Item) -> bool:
     return uses_session_plane or item.get_closest_marker("cluster") is not None
 
 
+def _stores(item: pytest.Item) -> bool:
+    """A test of the checkpoint library against SeaweedFS (tests/storage), built last."""
+    return item.get_closest_marker("storage") is not None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests that need no cluster first, each group in its collected order: on a new
-    machine they run while the control plane's binaries build in the background."""
-    items.sort(key=_needs_plane)
+    machine they run while the control plane's binaries build in the background; the storage
+    suite last, as SeaweedFS is the last binary that background build makes."""
+    items.sort(key=lambda item: (_stores(item), _needs_plane(item)))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

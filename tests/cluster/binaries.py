@@ -36,6 +36,7 @@ CONTROL_PLANE: Final = "control-plane"
 ENGINES: Final = "engines"
 BENCH: Final = "bench"  # kubectl, for tests/bench only: never part of a control-plane build
 RELEASE: Final = "release"  # kustomize and helm, for config/, dist/ and charts/: built when named
+STORAGE: Final = "storage"  # SeaweedFS, for the checkpoint library's S3 store: built when named
 # What each component's first build took on a new machine (2 cores, Go's module downloads
 # included), in the cold CI run of 2026-12-04 (the engines, kustomize and helm niced in the
 # background beside the tests): told before a build starts, so nobody wonders whether a quiet
@@ -129,7 +130,7 @@ class Component:
 
 
 def components(
-    *, engines: bool = False, bench: bool = False, release: bool = False
+    *, engines: bool = False, bench: bool = False, release: bool = False, storage: bool = False
 ) -> list[Component]:
     """The pinned components in build order: the control plane's, the others' if asked."""
     table = tomllib.loads(VERSIONS_FILE.read_text())
@@ -152,6 +153,7 @@ def components(
         | ({ENGINES} if engines else set())
         | ({BENCH} if bench else set())
         | ({RELEASE} if release else set())
+        | ({STORAGE} if storage else set())
     )
     return [c for c in every if c.group in wanted]
 
@@ -382,7 +384,7 @@ def main(argv: list[str]) -> int:
     command, *names = argv or ["build"]
     engines, background = "--engines" in names, "--background" in names
     names = [name for name in names if name not in ("--engines", "--background")]
-    every = components(engines=True, bench=True, release=True)
+    every = components(engines=True, bench=True, release=True, storage=True)
     chosen = (  # in the order named: what is needed first is built first
         [c for name in names for c in every if c.name == name]
         if names

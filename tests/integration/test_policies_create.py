@@ -1,6 +1,7 @@
 """Creation on the real API server: a managed TrainJob is created only as `dispatch-start`
 makes it (pipelines/policies/guard.yaml: create-initial, create-identity-env), and an identity
-the ledger says was started is not made again (pipelines/policies/ledger.yaml: ledger-spent).
+the ledger says was started is not made again (pipelines/policies/ledger.yaml: ledger-spent);
+where no policy is installed, the audit finds the TrainJob made again by its UID.
 
 Every create is a team member's (tests/support/team.py), of what a person has at hand: start's
 own dry-run output, or a live job as `kubectl get -o yaml` shows it.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Final
 
 import pytest
@@ -32,6 +34,7 @@ from tests.support.lifecycle import (
     start_args,
 )
 from tests.support.policies import refused_with
+from tests.support.replicas import replicas
 from tests.support.shipped import TORCH_RUNTIME
 
 pytestmark = pytest.mark.integration
@@ -246,6 +249,76 @@ def test_a_started_identity_is_not_created_again_by_hand(
     assert f"ledger record {record}" in said, said
 
     create_as(member, namespace, dry_run_output(step, namespace, torch_runtime, "spent", "8"))
+
+
+@pytest.mark.policies("none")
+def test_without_the_policies_the_audit_finds_a_trainjob_made_again(
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    member: client.ApiClient,
+    custom: client.CustomObjectsApi,
+) -> None:
+    started = step("start", *start_args(namespace, torch_runtime, "remade"))
+    assert started.code == 0, started.error
+    name, first_uid = started.result["name"], started.result["uid"]
+    target = ["--namespace", namespace, "--name", name]
+    assert run_stage(step, "unsuspend", *target).code == 0
+    first_pod = kubelet.wait_for_pod(name, restart=0, admission=1)
+    first = kubelet.execute(first_pod)
+    assert run_stage(step, "audit", *target).code == 0
+
+    _deleted(custom, namespace, name)
+    made = create_as(member, namespace, dry_run_output(step, namespace, torch_runtime, "remade"))
+    assert run_stage(step, "unsuspend", *target).code == 0
+
+    def made_again() -> dict[str, Any] | None:
+        pod = kubelet.wait_for_pod(name, restart=0, admission=1)
+        return pod if pod["metadata"]["uid"] != first_pod["metadata"]["uid"] else None
+
+    second = kubelet.execute(wait_until(made_again, what="its execution", timeout=DEADLINE))
+    assert second.epoch == first.epoch, "nothing stopped it: the first one's epoch again"
+
+    for audit in (target, ["--namespace", namespace, "--all"]):
+        audited = run_stage(step, "audit", *audit)
+        assert audited.code == 7, audited.error
+        assert "made again outside start" in audited.stderr
+        assert first_uid in audited.stderr
+        assert made["metadata"]["uid"] in audited.stderr
+    annotations = read_trainjob(custom, namespace, name)["metadata"]["annotations"]
+    assert annotations[wire.FOREIGN_ANNOTATION] == wire.FOREIGN
+    assert "made again outside start" in annotations[wire.FOREIGN_CAUSE_ANNOTATION]
+
+
+@pytest.mark.policies("none")
+def test_without_the_policies_the_auditor_flags_a_trainjob_made_again(
+    control_plane: Cluster,
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    member: client.ApiClient,
+    custom: client.CustomObjectsApi,
+    tmp_path: Path,
+) -> None:
+    """The admission controller's auditor compares the UID as dispatch-audit does, as soon as
+    the TrainJob made again appears (no execution, no audit step needed)."""
+    started = step("start", *start_args(namespace, torch_runtime, "remade-seen"))
+    assert started.code == 0, started.error
+    name = started.result["name"]
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "auditor"):
+        _deleted(custom, namespace, name)
+        body = dry_run_output(step, namespace, torch_runtime, "remade-seen")
+        made = create_as(member, namespace, body)
+
+        def flagged() -> str | None:
+            annotations = read_trainjob(custom, namespace, name)["metadata"]["annotations"]
+            cause = annotations.get(wire.FOREIGN_CAUSE_ANNOTATION, "")
+            return cause if "made again outside start" in cause else None
+
+        cause = wait_until(flagged, what=f"the auditor to flag {name}", timeout=DEADLINE)
+    assert made["metadata"]["uid"] in cause
+    assert started.result["uid"] in cause
 
 
 class AnotherStartFirst(Gateway):

@@ -32,7 +32,7 @@ from dispatch_k8s.controller import serve, store, streams
 from dispatch_k8s.controller.queue import RETRY, Again, WorkQueue
 from dispatch_k8s.controller.settings import ControllerSettings
 from dispatch_k8s.controller.store import Key, own_key
-from dispatch_k8s.core.rules import erasure, shapes, wire
+from dispatch_k8s.core.rules import erasure, ledger, shapes, wire
 from dispatch_k8s.core.rules.erasure import Erasure
 from dispatch_k8s.core.rules.errors import DispatchError, NotFound, PreconditionFailed, Transient
 from dispatch_k8s.core.shell import auditing
@@ -98,6 +98,9 @@ class Auditor:
         self.store = store.Store()
         # The runtimes the passes compared, read again at each resync.
         self._runtimes: dict[tuple[str, str, str], dict[str, Any] | None] = {}
+        # The ledger's "created" records found (core.rules.ledger): immutable, and deleted only
+        # with their namespace, so one found is kept; one not found is looked for again.
+        self._ledger: dict[tuple[str, str], dict[str, Any]] = {}
         self._workers: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -338,7 +341,12 @@ class Auditor:
             pods=view.pods,
         )
         decision = auditing.decide(
-            trainjob, view.jobset, job_audit, jobset_after=view.jobset, erased=erased
+            trainjob,
+            view.jobset,
+            job_audit,
+            jobset_after=view.jobset,
+            created=self._created(namespace, trainjob),
+            erased=erased,
         )
         if decision.changes is None:  # nothing to record, no finding not already flagged
             version = str(trainjob["metadata"].get("resourceVersion"))
@@ -371,6 +379,20 @@ class Auditor:
         found = self._gateway.find_runtime(kind, name, namespace)
         with self._lock:
             self._runtimes[memo] = found
+        return found
+
+    def _created(self, namespace: str, trainjob: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The ledger's record that start created the TrainJob's identity, if there is one."""
+        name = ledger.recorded_name(trainjob)
+        if name is None:
+            return None
+        with self._lock:
+            if (namespace, name) in self._ledger:
+                return self._ledger[(namespace, name)]
+        found = self._gateway.find_config_map(namespace, name)
+        if found is not None:
+            with self._lock:
+                self._ledger[(namespace, name)] = found
         return found
 
     def _keep_since(self, key: Key, since: float | None) -> None:

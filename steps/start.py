@@ -87,7 +87,17 @@ def _create(gateway: Gateway, wanted: Mapping[str, Any]) -> tuple[Mapping[str, A
                 log.info("TrainJob exists with the same request: nothing to do")
             return action.trainjob, outcome
         if isinstance(action, ledger.CreateTrainJob):
-            job = gateway.create_trainjob(wanted)
+            try:
+                job = gateway.create_trainjob(wanted)
+            except Refused:
+                # The ledger policy refuses a TrainJob whose identity has a "created" record
+                # (pipelines/policies/ledger.yaml) before the API server would say one of its
+                # name exists: another start made both since our reads. Decide on what it made.
+                created = gateway.find_config_map(namespace, ledger.created_name(wanted))
+                if created is None:
+                    raise
+                job = gateway.find_trainjob(namespace, meta["name"])
+                continue
             if job is None:
                 job = gateway.find_trainjob(namespace, meta["name"])
             else:

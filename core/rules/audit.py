@@ -85,6 +85,7 @@ class FindingKind(StrEnum):
         "unraised-opening"  # open at a generation no raise covers (core.rules.opening)
     )
     RECORD_ERASED = "record-erased"  # a record that bounds R moved back (core.rules.erasure)
+    REMADE = "remade"  # a spent identity's TrainJob made again outside start (core.rules.ledger)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

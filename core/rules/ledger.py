@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from dispatch_k8s.core.rules import shapes, wire
+from dispatch_k8s.core.rules.audit import Finding, FindingKind
 from dispatch_k8s.core.rules.decisions import Refusal
 from dispatch_k8s.core.rules.trainjob import recorded_identity
 
@@ -114,6 +115,42 @@ def build_created(wanted: Mapping[str, Any], uid: str) -> dict[str, Any]:
     """The record that the TrainJob `wanted` was created, as the TrainJob of UID `uid`."""
     data = {**_request_data(wanted), TRAINJOB_UID_KEY: uid}
     return _record(wanted, created_name(wanted), wire.LEDGER_CREATED, data)
+
+
+def recorded_name(trainjob: Mapping[str, Any]) -> str | None:
+    """The name of the "created" record for a TrainJob's identity; None if it records none."""
+    identity = recorded_identity(trainjob)
+    keys = (wire.JOB_ID_ANNOTATION, wire.GENERATION_ANNOTATION, wire.SUBMISSION_ANNOTATION)
+    if any(not identity[key] for key in keys):
+        return None
+    return created_name(trainjob)
+
+
+def decide_remade(trainjob: Mapping[str, Any], created: Mapping[str, Any] | None) -> Finding | None:
+    """The audit's finding for a TrainJob that is not the one `start` recorded for its identity.
+
+    `created` is the record `recorded_name` names, as read (None: not found). Without it no
+    start saw the identity made (or the TrainJob is being made now): nothing to compare. With
+    it, another UID is a TrainJob of a spent identity made again outside start (deleted and
+    created from start's dry-run output, or copied under another name): its A began again at
+    0, so its executions repeat the epochs of the first one's.
+    """
+    if created is None:
+        return None
+    recorded_uid = shapes.mapping(created.get("data")).get(TRAINJOB_UID_KEY)
+    meta = shapes.at(trainjob, "metadata")
+    uid = meta.get("uid")
+    if uid == recorded_uid:
+        return None
+    return Finding(
+        kind=FindingKind.REMADE,
+        reason=(
+            f"TrainJob {meta.get('name')} is uid {uid}, but {_where(created)} says start "
+            f"created identity {_identity_text(trainjob)} as uid {recorded_uid}: it was made "
+            "again outside start, with A begun again at 0, so its executions repeat the epochs "
+            f"of the first: {NEW_N}"
+        ),
+    )
 
 
 def _identity_text(wanted: Mapping[str, Any]) -> str:

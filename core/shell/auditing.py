@@ -25,6 +25,7 @@ from dispatch_k8s.core.rules import (
     erasure,
     events,
     gate,
+    ledger,
     opening,
     ownership,
     shapes,
@@ -179,10 +180,12 @@ def decide(
     job_audit: audit.JobAudit,
     *,
     jobset_after: Mapping[str, Any] | None,
+    created: Mapping[str, Any] | None,
     erased: Erasures = (),
 ) -> Decision:
     """The findings of an audit fed everything it claims, and the update they call for.
 
+    `created`: the ledger's record that start created the TrainJob's identity (`ledger_record`).
     `erased`: the records the caller saw moved back (core.rules.erasure), already put back in
     `trainjob` (and in what `job_audit` was given): they are findings of their own.
     """
@@ -190,12 +193,23 @@ def decide(
     unraised = opening.decide_unraised_opening(trainjob)
     if unraised is not None:  # first: it says how the execution began
         findings = (unraised, *findings)
+    remade = ledger.decide_remade(trainjob, created)
+    if remade is not None:  # before all: the whole TrainJob is not the one start made
+        findings = (remade, *findings)
     findings = (*(e.finding for e in erased), *findings)
     changes = audit.decide_annotations(trainjob, findings, jobset=jobset, observed=observed)
     # What was put back is written back, even where the flag says nothing new (erased twice).
     annotations = shapes.annotations_of(trainjob)
     restoring = {e.annotation: e.value for e in erased if annotations.get(e.annotation) == e.value}
     return Decision(findings=findings, changes={**restoring, **(changes or {})} or None)
+
+
+def ledger_record(gateway: Gateway, trainjob: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ledger's "created" record for the TrainJob's identity (core.rules.ledger), if any."""
+    name = ledger.recorded_name(trainjob)
+    if name is None:
+        return None
+    return gateway.find_config_map(str(trainjob["metadata"]["namespace"]), name)
 
 
 def audit_of(
@@ -263,7 +277,8 @@ def _read_and_record(
     runtime_now = _Runtimes(gateway, namespace).now(job)
     job_audit = audit_of(job, jobset, runtime_now=runtime_now, jobs=jobs(), pods=pods())
     after = gateway.read_jobset(namespace, name)
-    decision = decide(job, jobset, job_audit, jobset_after=after, erased=erased)
+    created = ledger_record(gateway, job)
+    decision = decide(job, jobset, job_audit, jobset_after=after, created=created, erased=erased)
     return write(gateway, job, decision, step=step)
 
 
@@ -275,7 +290,13 @@ def _record(
     step: str,
 ) -> AuditOutcome:
     """The audit's one update of a TrainJob (if anything changes), then its Events."""
-    decision = decide(audited.trainjob, audited.jobset, audited.audit, jobset_after=jobset_after)
+    decision = decide(
+        audited.trainjob,
+        audited.jobset,
+        audited.audit,
+        jobset_after=jobset_after,
+        created=ledger_record(gateway, audited.trainjob),
+    )
     return write(gateway, audited.trainjob, decision, step=step)
 
 

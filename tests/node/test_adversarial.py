@@ -23,6 +23,8 @@ Each cell of the matrix below is one small attack function, tried once per polic
   moved (the admission controller's auditor, which this suite does not run, sees the erasure:
   tests/integration/test_auditor.py);
 - `RBAC`: the actor has no right to it: a 403 from RBAC, whose message names no guard rule.
+- `not tried`: a cell run only where the guard is installed (a record forged at creation,
+  which no audit is yet asked to tell from one earned).
 
 Where an accepted edit matters only once something runs again, the cell's follow-up does what
 would come next (the next execution, a release by `dispatch-unsuspend`, a rerun) before the
@@ -31,6 +33,22 @@ audit or the R check. Stages: `suspended` (started, never opened, JobSet has mad
 `dispatch-hold` and drained), `queued` (queued through Kueue, quota reserved, the dispatch
 admission check Pending).
 
+trainjob create member: dry-run-output-after-delete (running)
+    all, guard: refused ledger-spent; none: flagged
+trainjob create member: copy-forging-admission-floor (running)
+    all, guard: refused create-initial; none: not tried
+trainjob create member: copy-forging-admission (running)
+    all, guard: refused create-initial; none: not tried
+trainjob create member: copy-forging-open-until-generation (running)
+    all, guard: refused create-initial; none: not tried
+trainjob create member: copy-forging-last-execution (running)
+    all, guard: refused create-initial; none: not tried
+trainjob create member: copy-forging-highest-restart (running)
+    all, guard: refused create-initial; none: not tried
+trainjob create member: copy-forging-jobset-uid (running)
+    all, guard: refused create-initial; none: not tried
+trainjob create member: copy-forging-raised-for (running)
+    all, guard: refused create-initial; none: not tried
 trainjob patch member: release-by-hand (held)
     all: R up, last 2; guard: refused open-after-raise; none: flagged
 trainjob update steps: release-by-hand (held)
@@ -117,6 +135,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,6 +261,7 @@ class Target:
     before: list[Ran] = field(default_factory=list)  # the executions before the attack
     refusals: list[str] = field(default_factory=list)  # what the follow-up was refused
     check: str = ""  # the dispatch AdmissionCheck of the job's ClusterQueue (stage queued)
+    flags: tuple[str, ...] = ()  # the start request the job was made from
     kueue_log: Path | None = None
 
     @property
@@ -442,6 +463,85 @@ def _gone_or_rerun(target: Target) -> None:
 
 
 # --- edits: the TrainJob ------------------------------------------------------------------
+
+
+def _dry_run_output(target: Target) -> dict[str, Any]:
+    """What `dispatch-start --dry-run=client` prints for the job's request, with the runtime
+    file a person would give it (the cluster's runtime, as `kubectl get -o json` shows it)."""
+    runtime = client.CustomObjectsApi(target.admin).get_cluster_custom_object(
+        *TRAINER, "clustertrainingruntimes", NODE_RUNTIME
+    )
+    with tempfile.TemporaryDirectory() as work:
+        path = Path(work) / "runtime.json"
+        path.write_text(json.dumps(runtime))
+        printed = target.step("start", "--dry-run=client", f"--runtime-file={path}", *target.flags)
+    assert printed.code == 0, printed.error
+    return printed.result
+
+
+def _remake_from_dry_run(target: Target) -> None:
+    """Deleted, then made again from start's dry-run output: `dispatch-start --dry-run=client
+    <request> | kubectl create -f -`, which begins A again at 0."""
+    custom = client.CustomObjectsApi(target.actor)
+    custom.delete_namespaced_custom_object(*TRAINER, target.namespace, "trainjobs", target.name)
+
+    def gone() -> bool | None:
+        try:
+            target.trainjob()
+        except ApiException as e:
+            return e.status == 404 or None
+        return None
+
+    wait_until(gone, what=f"TrainJob {target.name} to be deleted", timeout=DEADLINE)
+    body = _dry_run_output(target)
+    custom.create_namespaced_custom_object(*TRAINER, target.namespace, "trainjobs", body)
+
+
+def _copy_forging(key: str, value: str) -> Callable[[Target], None]:
+    """A copy of the live job (`kubectl get -o yaml`, its server fields taken out) under another
+    name and job id, as start would make it for that job id, but for one record forged."""
+
+    def edit(target: Target) -> None:
+        body = target.trainjob()
+        body.pop("status", None)
+        meta = body["metadata"]
+        body["metadata"] = {k: meta[k] for k in ("namespace", "labels", "annotations")}
+        body["metadata"]["name"] = f"{target.name}-copy"
+        annotations = body["metadata"]["annotations"]
+        for record in COPIED_RECORDS:
+            annotations.pop(record, None)
+        annotations[wire.ADMISSION_FLOOR_ANNOTATION] = "0"
+        annotations[wire.JOB_ID_ANNOTATION] = "copied"
+        body["spec"]["suspend"] = True
+        for env in body["spec"]["trainer"]["env"]:
+            if env["name"] == wire.ENV_TOKEN_PREFIX:
+                env["value"] = "copied." + env["value"].split(".", 1)[1]
+        # Kueue's entry goes (its webhook adds it again: a second one is refused as a duplicate).
+        body["spec"]["runtimePatches"] = [
+            e for e in body["spec"]["runtimePatches"] if e["manager"] == wire.PATCH_MANAGER
+        ]
+        (ours,) = body["spec"]["runtimePatches"]
+        for job in ours["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]:
+            pod_annotations = job["template"]["spec"]["template"]["metadata"]["annotations"]
+            pod_annotations[wire.ADMISSION_ANNOTATION] = (
+                value if key == wire.ADMISSION_ANNOTATION else "0"
+            )
+        if key != wire.ADMISSION_ANNOTATION:
+            annotations[key] = value
+        client.CustomObjectsApi(target.actor).create_namespaced_custom_object(
+            *TRAINER, target.namespace, "trainjobs", body
+        )
+
+    return edit
+
+
+COPIED_RECORDS: Final = (
+    wire.OPEN_UNTIL_GENERATION_ANNOTATION,
+    wire.LAST_EXECUTION_ANNOTATION,
+    wire.HIGHEST_RESTART_ANNOTATION,
+    wire.JOBSET_UID_ANNOTATION,
+    wire.RAISED_FOR_ANNOTATION,
+)
 
 
 def _replace_trainjob(target: Target, change: Callable[[dict[str, Any]], None]) -> None:
@@ -847,10 +947,40 @@ def raised_or(rule: str, *, none: Outcome) -> dict[Install, Outcome]:
 
 
 REPEATED: Final = "the job was opened again without a raise of A"
+REMADE: Final = "was made again outside start"
+FORGED_AT_CREATE: Final = {
+    wire.ADMISSION_FLOOR_ANNOTATION: "1",
+    wire.ADMISSION_ANNOTATION: "1",
+    wire.OPEN_UNTIL_GENERATION_ANNOTATION: "999999",
+    wire.LAST_EXECUTION_ANNOTATION: json.dumps({"pod": "forged", "r": 1, "slot": "pinned/0/0"}),
+    wire.HIGHEST_RESTART_ANNOTATION: "0",
+    wire.JOBSET_UID_ANNOTATION: "5f0c1a2e-0000-4000-8000-000000000009",
+    wire.RAISED_FOR_ANNOTATION: "uid 2026-12-06T00:00:00Z",
+}
 RERUN: Final = "which the execution of pod UID"
 RUNTIME_CHANGED: Final = f"TrainingRuntime {LOCAL_RUNTIME} changed since start checked it"
 FOREIGN_A: Final = "(manager someone.example/tweaks) sets pod template metadata annotation"
 CELLS: Final = [
+    # The TrainJob made by hand: from start's dry-run output after a delete, or copied from a
+    # live job with a record forged (under a new job id, so that only that record is wrong).
+    Cell(
+        "trainjob create member",
+        "dry-run-output-after-delete",
+        "running",
+        _remake_from_dry_run,
+        guarded("ledger-spent", none=Flagged(REMADE)),
+        then=_release,
+    ),
+    *(
+        Cell(
+            "trainjob create member",
+            f"copy-forging-{key.split('/')[1]}",
+            "running",
+            _copy_forging(key, value),
+            {"all": Refused("create-initial"), "guard": Refused("create-initial")},
+        )
+        for key, value in FORGED_AT_CREATE.items()
+    ),
     # The TrainJob: a release by hand, its records, our runtime patch.
     Cell(
         "trainjob patch member",
@@ -1145,8 +1275,10 @@ def matrix() -> str:
     """The matrix as the module's docstring lists it."""
     lines = []
     for cell in CELLS:
-        said = {installed: _said(cell.expect[installed]) for installed in INSTALLS}
-        if said["all"] == said["guard"] == said["none"]:
+        said = {installed: _said(outcome) for installed, outcome in cell.expect.items()}
+        if "none" not in said:  # a path no detection is asked of yet
+            verdict = f"all, guard: {said['all']}; none: not tried"
+        elif said["all"] == said["guard"] == said["none"]:
             verdict = f"every install: {said['all']}"
         elif said["all"] == said["guard"]:
             verdict = f"all, guard: {said['all']}; none: {said['none']}"
@@ -1164,6 +1296,7 @@ MATRIX: Final = [
     )
     for cell in CELLS
     for installed in INSTALLS
+    if installed in cell.expect
 ]
 
 
@@ -1287,6 +1420,7 @@ def test_every_edit_on_the_path_is_refused_raised_or_flagged(
             admin=api_client,
             step=step,
             check=check,
+            flags=tuple(flags),
             kueue_log=control_plane.plane.logs["kueue"] if control_plane.plane else None,
         )
         prepare(target, cell.stage)

@@ -30,7 +30,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dispatch_k8s.core.rules import wire
+from dispatch_k8s.core.rules import ledger, wire
 from tests.cluster import kube
 from tests.cluster.harness import CONTROLLER_USERS, KCM_USER
 from tests.cluster.wait import wait_until
@@ -115,10 +115,14 @@ def wait_acting(api: client.ApiClient, runtime: str) -> None:
         core.delete_namespace(namespace)
 
 
-def _probe_trainjob(api: client.ApiClient, namespace: str, runtime: str) -> dict[str, Any]:
-    body = trainjob_body(
+def _probe_body(namespace: str, runtime: str) -> dict[str, Any]:
+    return trainjob_body(
         "policy-probe", runtime=runtime, namespace=namespace, image="registry.example/probe:1"
     )
+
+
+def _probe_trainjob(api: client.ApiClient, namespace: str, runtime: str) -> dict[str, Any]:
+    body = _probe_body(namespace, runtime)
 
     def created() -> dict[str, Any] | None:
         try:
@@ -218,6 +222,21 @@ def _wait_acting(api: client.ApiClient, namespace: str, runtime: str) -> None:
             timeout=ACTING_TIMEOUT,
         )
     core = client.CoreV1Api(api)
+    # The ledger at creation reads the namespace's records as its parameters: a record of the
+    # probe's identity, then a copy of the probe under another name (the namespace goes after).
+    kube.apply(api, ledger.build_created(job, "probe-uid"), namespace=namespace)
+    copied = _probe_body(namespace, runtime)
+    copied["metadata"]["name"] = "policy-probe-copy"
+    wait_until(
+        lambda: _refusal(
+            lambda: custom.create_namespaced_custom_object(
+                *TRAINER, namespace, "trainjobs", copied, dry_run="All"
+            ),
+            "ledger-spent",
+        ),
+        what="the ledger to refuse a spent identity",
+        timeout=ACTING_TIMEOUT,
+    )
     wait_until(
         lambda: _refusal(
             lambda: core.create_namespaced_pod(namespace, forged_pod(), dry_run="All"),

@@ -110,8 +110,10 @@ def test_the_store_s_audit_decides_as_the_namespace_audit_does() -> None:
     listed = auditing.audit_of(
         job, jobset_dict(), runtime_now=None, jobs=[job_dict(labelled=False)], pods=in_order
     )
-    from_store = auditing.decide(job, view.jobset, kept, jobset_after=view.jobset)
-    from_lists = auditing.decide(job, jobset_dict(), listed, jobset_after=jobset_dict())
+    from_store = auditing.decide(job, view.jobset, kept, jobset_after=view.jobset, created=None)
+    from_lists = auditing.decide(
+        job, jobset_dict(), listed, jobset_after=jobset_dict(), created=None
+    )
     assert from_store == from_lists
     kinds = {finding.kind for finding in from_store.findings}
     assert {audit.FindingKind.REPEATED_R, audit.FindingKind.RESTARTED_IN_PLACE} <= kinds

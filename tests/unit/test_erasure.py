@@ -120,7 +120,9 @@ def test_the_decision_flags_it_and_writes_the_record_back() -> None:
     rerun = pod_dict(admission="2", restart="1", uid="pod-uid-2", completion_index="0")
     jobset = jobset_dict(restarts=1)
     job_audit = auditing.audit_of(job, jobset, runtime_now=None, jobs=[], pods=[rerun])
-    decision = auditing.decide(job, jobset, job_audit, jobset_after=jobset, erased=found)
+    decision = auditing.decide(
+        job, jobset, job_audit, jobset_after=jobset, created=None, erased=found
+    )
     kinds = [f.kind for f in decision.findings]
     assert kinds == [FindingKind.RECORD_ERASED, FindingKind.REPEATED_R], decision.findings
     assert decision.changes is not None
@@ -140,7 +142,9 @@ def test_erased_again_after_the_flag_it_is_still_written_back() -> None:
     flagged["metadata"]["annotations"][wire.FOREIGN_CAUSE_ANNOTATION] = cause
     job = erasure.restored(flagged, found)
     job_audit = auditing.audit_of(job, jobset_dict(), runtime_now=None, jobs=[], pods=[])
-    decision = auditing.decide(job, jobset_dict(), job_audit, jobset_after=None, erased=found)
+    decision = auditing.decide(
+        job, jobset_dict(), job_audit, jobset_after=None, created=None, erased=found
+    )
     assert decision.changes == {LAST: RAN}
 
 
@@ -205,6 +209,6 @@ def test_nothing_dispatch_k8s_writes_is_an_erasure(history: list[tuple[str, int]
             )
             jobset = jobset_dict(restarts=restarts)
             job_audit = auditing.audit_of(job, jobset, runtime_now=None, jobs=[], pods=[pod])
-            decision = auditing.decide(job, jobset, job_audit, jobset_after=jobset)
+            decision = auditing.decide(job, jobset, job_audit, jobset_after=jobset, created=None)
             job = audit.with_annotations(job, decision.changes or {})
         assert erasure.decide_erasures(before, job) == (), what

@@ -254,3 +254,28 @@ def test_once_recorded_a_deleted_trainjob_is_refused_for_good() -> None:
     made, decision = run_start(state)
     assert made == []
     assert isinstance(decision, Refusal)
+
+
+# --- the audit: a TrainJob that is not the one start recorded for its identity ------------
+
+
+def test_the_audit_finds_a_trainjob_made_again_under_another_uid() -> None:
+    again = trainjob(uid="5f0c1a2e-0000-4000-8000-000000000002")
+    assert ledger.recorded_name(again) == ledger.created_name(wanted())
+    finding = ledger.decide_remade(again, created())
+    assert finding is not None
+    assert finding.kind == "remade"
+    assert "5f0c1a2e-0000-4000-8000-000000000002" in finding.reason
+    assert UID in finding.reason
+    assert ledger.decide_remade(trainjob(), created()) is None, "start's own TrainJob"
+    assert ledger.decide_remade(again, None) is None, "no record: nothing to compare"
+
+
+@pytest.mark.parametrize(
+    "annotation",
+    [wire.JOB_ID_ANNOTATION, wire.GENERATION_ANNOTATION, wire.SUBMISSION_ANNOTATION],
+)
+def test_a_trainjob_without_an_identity_has_no_record_to_look_for(annotation: str) -> None:
+    body = wanted()
+    del body["metadata"]["annotations"][annotation]
+    assert ledger.recorded_name(body) is None

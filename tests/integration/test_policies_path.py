@@ -26,6 +26,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import wire
+from tests.cluster import kube
 from tests.cluster.wait import wait_until
 from tests.support.cluster_under_test import Cluster
 from tests.support.lifecycle import (
@@ -41,11 +42,12 @@ from tests.support.lifecycle import (
     run_stage,
     start_args,
 )
-from tests.support.policies import refused_with
+from tests.support.policies import message, refused_with
 from tests.support.step_identity import install_identity
 
 pytestmark = pytest.mark.integration
 OTHER_MANAGER: Final = "example.com/other"
+MERGE_PATCH: Final = "application/merge-patch+json"
 # What the audit records of an execution (core/rules/audit.py Execution.text).
 RECORDED: Final = {"pod": "uid-of-the-first", "r": 3, "slot": "node/0/0"}
 
@@ -327,7 +329,7 @@ def test_the_jobset_status_is_the_jobset_controllers_even_against_the_admin(
 # --- the child Jobs -------------------------------------------------------------------------
 
 
-JOB_EDITS: Final[dict[str, tuple[str, Any]]] = {
+JOB_EDITS: Final[dict[str, tuple[str | None, Any]]] = {
     # Kubernetes 1.36 lets a suspended Job's template labels change; JobSet never puts J back.
     "label-j-in-the-template": (
         "job-template-identity",
@@ -339,6 +341,36 @@ JOB_EDITS: Final[dict[str, tuple[str, Any]]] = {
     ),
     "open-by-hand": ("job-suspend", {"spec": {"suspend": False}}),
     "remove-the-owner": ("job-owner", {"metadata": {"ownerReferences": None}}),
+    # A rank scaled away and back is made again from the same template, with the same A and J
+    # (the Job does not fail, so JobSet does not restart); a rank added runs beside them.
+    "scale-down": ("job-spec", {"spec": {"parallelism": 0}}),
+    "scale-up": ("job-spec", {"spec": {"parallelism": 2, "completions": 2}}),
+    # The Job controller would make a failed rank's pod again, with the same A and J.
+    "retry-a-failed-rank": ("job-spec", {"spec": {"backoffLimit": 2}}),
+    # A replacement while the old pod still terminates: two pods of one slot at once.
+    "replace-while-terminating": (
+        "job-spec",
+        {"spec": {"podReplacementPolicy": "TerminatingOrFailed"}},
+    ),
+    "manual-selector": ("job-spec", {"spec": {"manualSelector": True}}),
+    # What the API server itself refuses, before any policy (immutable in Kubernetes 1.36, or
+    # valid only with a field that is): job-spec names them too, should that change.
+    "completion-mode": (None, {"spec": {"completionMode": "NonIndexed"}}),
+    "backoff-limit-per-index": (None, {"spec": {"backoffLimitPerIndex": 1}}),
+    "max-failed-indexes": (None, {"spec": {"maxFailedIndexes": 1}}),
+    "pod-failure-policy": (
+        None,
+        {
+            "spec": {
+                "podFailurePolicy": {
+                    "rules": [
+                        {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [1]}}
+                    ]
+                }
+            }
+        },
+    ),
+    "success-policy": (None, {"spec": {"successPolicy": {"rules": [{"succeededCount": 1}]}}}),
 }
 
 
@@ -353,12 +385,70 @@ def test_each_edit_of_a_child_job_is_refused(
     rule, change = JOB_EDITS[edit]
     name = child_job(started)
     before = read_job(api_client, namespace, name)
-    refused_with(
-        rule, lambda: client.BatchV1Api(member).patch_namespaced_job(name, namespace, change)
-    )
+
+    def patch() -> object:
+        return client.BatchV1Api(member).patch_namespaced_job(name, namespace, change)
+
+    if rule is None:
+        with pytest.raises(ApiException) as invalid:
+            patch()
+        assert invalid.value.status == 422, message(invalid.value)
+    else:
+        refused_with(rule, patch)
     after = read_job(api_client, namespace, name)
     assert content(after) == content(before)
     assert after["metadata"]["ownerReferences"] == before["metadata"]["ownerReferences"]
+
+
+def test_a_child_job_has_no_scale_subresource(
+    started: str,
+    namespace: str,
+    member: client.ApiClient,
+    api_client: client.ApiClient,
+    control_plane: Cluster,
+    tmp_path: Path,
+) -> None:
+    """`kubectl scale job` and any client of jobs/scale: the `edit` role does not grant it (the
+    member and the steps get RBAC's 403), and Kubernetes 1.36 does not serve it (the admin
+    gets 404). Were it served, job-spec would have to match it: this test says when."""
+    scale = f"/apis/batch/v1/namespaces/{namespace}/jobs/{child_job(started)}/scale"
+    body = {"spec": {"replicas": 2}}
+    identity = install_identity(
+        api_client, namespace, admin_kubeconfig=control_plane.kubeconfig, work=tmp_path
+    )
+    with contextlib.closing(identity.api_client()) as steps:
+        for actor in (member, steps):
+            with pytest.raises(ApiException) as refused:
+                kube.request(actor, "PATCH", scale, body=body, content_type=MERGE_PATCH)
+            text = message(refused.value)
+            assert refused.value.status == 403, text
+            assert ' cannot patch resource "jobs/scale"' in text, text
+    for method in ("GET", "PATCH"):
+        with pytest.raises(ApiException) as missing:
+            kube.request(api_client, method, scale, body=body, content_type=MERGE_PATCH)
+        assert missing.value.status == 404, message(missing.value)
+    discovered = kube.request(api_client, "GET", "/apis/batch/v1")["resources"]
+    assert "jobs/scale" not in {resource["name"] for resource in discovered}
+
+
+def test_jobsets_own_resume_of_a_child_job_passes(
+    running_pod: dict[str, Any],
+    started: str,
+    namespace: str,
+    api_client: client.ApiClient,
+) -> None:
+    """JobSet resumes its child Job (suspend, and the template's labels and annotations it
+    merges from the JobSet) under job-spec and the other rules, and leaves the guarded spec
+    fields as it made them."""
+    job = read_job(api_client, namespace, child_job(started))["spec"]
+    assert job["suspend"] is False
+    guarded = ("parallelism", "completions", "backoffLimit", "podReplacementPolicy")
+    assert {key: job.get(key) for key in guarded} == {
+        "parallelism": 1,
+        "completions": 1,
+        "backoffLimit": 0,
+        "podReplacementPolicy": "Failed",
+    }
 
 
 def test_a_child_job_is_neither_deleted_nor_made_by_hand(

@@ -17,11 +17,11 @@ Each cell of the matrix below is one small attack function, tried once per polic
 - `blocked`: accepted, and the job can no longer be opened (`dispatch-unsuspend` exits 6);
 - `its opening refused RULE`: accepted, and the opening a controller then makes (Kueue's, read
   from its log) is refused with RULE: nothing runs;
-- `UNSEEN`: accepted, an execution repeats R, and the audit exits 0: the limit of
+- `UNSEEN`: accepted, an execution repeats R in its slot, and the audit exits 0: the limit of
   `dispatch-audit` alone (docs/policies.md: The trust boundary), where the records it compares
-  with are the actor's to erase. Asserted as it is, so that a fix turns the cell red until it is
-  moved (the admission controller's auditor, which this suite does not run, sees the erasure:
-  tests/integration/test_auditor.py);
+  with are the actor's to erase, or record one slot of several. Asserted as it is, so that a
+  fix turns the cell red until it is moved (the admission controller's auditor, which this
+  suite does not run, sees the erasure: tests/integration/test_auditor.py);
 - `RBAC`: the actor has no right to it: a 403 from RBAC, whose message names no guard rule.
 - `not tried`: a cell run only where the guard is installed (a record forged at creation,
   which no audit is yet asked to tell from one earned).
@@ -111,6 +111,10 @@ pod ssa-force member: set-j (running)
     all, guard: refused keep-pod-identity; none: flagged
 pod delete member: delete (running)
     every install: R up
+job patch member: scale-down-up (running)
+    all, guard: refused job-spec; none: UNSEEN
+job patch member: backoff-limit (suspended)
+    all, guard: refused job-spec; none: flagged
 trainjob patch steps: RBAC
 trainjob delete steps: RBAC
 runtime update steps: RBAC
@@ -124,6 +128,8 @@ workload update steps: RBAC
 jobset-status patch member: RBAC
 workload-status patch member: RBAC
 cluster-runtime update member: RBAC
+job scale member: RBAC
+job scale steps: RBAC
 
 The RBAC cells do not depend on the install and run once, where both policies are installed
 (RBAC answers before any admission policy is asked). A TrainJob the member deletes once it ran
@@ -180,10 +186,12 @@ pytestmark = [pytest.mark.node, pytest.mark.cluster]
 Install = Literal["all", "guard", "none"]
 Stage = Literal["suspended", "running", "held", "queued"]
 Actor = Literal["member", "steps"]
-RuntimeShape = Literal["cluster", "namespaced", "two-jobs"]
+RuntimeShape = Literal["cluster", "namespaced", "two-jobs", "two-ranks"]
+MERGE_PATCH: Final = "application/merge-patch+json"
 ATTACKER: Final = "someone.example/tweaks"  # the field manager of the attacks' applies
 LOCAL_RUNTIME: Final = "team-runtime"  # a TrainingRuntime of the test's namespace
 SIDE_JOB: Final = "side"  # the second replicated job of the two-job runtime
+JOB_NAME_KEY: Final = "batch.kubernetes.io/job-name"  # a pod's Job
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +228,8 @@ class Blocked:
 class Unseen:
     """Accepted, and an execution repeats R that the audit does not see: the limit of detection
     alone (docs/policies.md: The trust boundary), where the records it compares with are the
-    actor's to erase. Asserted, so that a fix turns the cell red until its expectation is moved."""
+    actor's to erase, or record one slot of several. Asserted, so that a fix turns the cell red
+    until its expectation is moved."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,11 +251,13 @@ Outcome = Refused | Flagged | RaisedR | Blocked | Unseen | PutBack | OpeningRefu
 
 @dataclass(frozen=True, slots=True)
 class Ran:
-    """One execution: its pod, when the pod was made, and the R its process printed."""
+    """One execution: its pod, when the pod was made, the R its process printed, and its slot
+    (Job and completion index: one pod per execution of a rank)."""
 
     uid: str
     created: str
     r: int
+    slot: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -272,6 +283,14 @@ class Target:
         """The R of every execution, before the attack (its pods may be gone) and since."""
         ran = {e.uid: e for e in [*self.before, *executions(self)]}
         return [e.r for e in sorted(ran.values(), key=lambda e: (e.created, e.uid))]
+
+    def repeated(self) -> bool:
+        """Whether an execution printed an R that an earlier one of its slot printed."""
+        ran = {e.uid: e for e in [*self.before, *executions(self)]}
+        printed: dict[str, list[int]] = {}
+        for e in sorted(ran.values(), key=lambda e: (e.created, e.uid)):
+            printed.setdefault(e.slot, []).append(e.r)
+        return any(rs != sorted(set(rs)) for rs in printed.values())
 
     def trainer_job(self) -> dict[str, Any]:
         """The trainer child Job JobSet made (the namespace holds this one TrainJob)."""
@@ -319,7 +338,10 @@ def executions(target: Target) -> list[Ran]:
             continue  # not started, or gone
         words = log.split()
         if len(words) >= 2 and words[0].isdigit():  # SHOW: "<DISPATCH_EPOCH> <DISPATCH_ATTEMPT>"
-            ran.append(Ran(meta["uid"], meta["creationTimestamp"], int(words[0]) % 10**6))
+            labels = meta.get("labels") or {}
+            slot = f"{labels.get(JOB_NAME_KEY)}/{labels.get(wire.COMPLETION_INDEX_KEY)}"
+            r = int(words[0]) % 10**6
+            ran.append(Ran(meta["uid"], meta["creationTimestamp"], r, slot))
     return sorted(ran, key=lambda e: (e.created, e.uid))
 
 
@@ -864,6 +886,34 @@ def _suspend_job(target: Target) -> None:
     _patch_job(target, {"spec": {"suspend": True}})
 
 
+def _scale_down_and_up(target: Target) -> None:
+    """Rank 1 scaled away (parallelism and completions 2 -> 1, in tandem as an Indexed Job
+    requires) and back: the Job controller removes its pod without failing the Job (no JobSet
+    restart, J stays), then makes it again from the same template."""
+    job = target.trainer_job()["metadata"]["name"]
+
+    def both_printed() -> list[Ran] | None:
+        ran = executions(target)
+        return ran if len({e.slot for e in ran}) == 2 else None
+
+    ranks = wait_until(both_printed, what=f"both ranks of Job {job} to print", timeout=DEADLINE)
+    target.before.extend(e for e in ranks if e.uid not in target.seen)  # what the rerun repeats
+    _patch_job(target, {"spec": {"parallelism": 1, "completions": 1}})
+    core = client.CoreV1Api(target.admin)
+    selector = f"{JOB_NAME_KEY}={job},{wire.COMPLETION_INDEX_KEY}=1"
+
+    def rank_1_gone() -> bool | None:
+        listed = as_dict(core.list_namespaced_pod(target.namespace, label_selector=selector))
+        return not listed["items"] or None
+
+    wait_until(rank_1_gone, what=f"rank 1 of Job {job} to be removed", timeout=DEADLINE)
+    _patch_job(target, {"spec": {"parallelism": 2, "completions": 2}})
+
+
+def _retry_failed_ranks(target: Target) -> None:
+    _patch_job(target, {"spec": {"backoffLimit": 2}})
+
+
 def _delete_job(target: Target) -> None:
     job = target.trainer_job()["metadata"]["name"]
     client.BatchV1Api(target.actor).delete_namespaced_job(
@@ -1239,6 +1289,23 @@ CELLS: Final = [
         everywhere(RaisedR()),
         then=_gone_or_rerun,
     ),
+    # The child Jobs' spec: how many ranks run, and whether a failed one is made again.
+    Cell(
+        "job patch member",
+        "scale-down-up",
+        "running",
+        _scale_down_and_up,
+        guarded("job-spec", none=Unseen()),
+        then=_next_execution,
+        runtime="two-ranks",
+    ),
+    Cell(
+        "job patch member",
+        "backoff-limit",
+        "suspended",
+        _retry_failed_ranks,
+        guarded("job-spec", none=Flagged("spec.backoffLimit: must be 0, not 2")),
+    ),
 ]
 
 # What RBAC does not allow an actor ("object verb actor"): a 403 naming no guard rule.
@@ -1256,6 +1323,8 @@ RBAC_CELLS: Final = [
     "jobset-status patch member",
     "workload-status patch member",
     "cluster-runtime update member",
+    "job scale member",
+    "job scale steps",
 ]
 
 
@@ -1329,10 +1398,23 @@ def two_job_runtime(namespace: str) -> dict[str, Any]:
     return {**runtime, "kind": "TrainingRuntime", "metadata": {"name": LOCAL_RUNTIME}}
 
 
+def two_rank_runtime() -> dict[str, Any]:
+    """The node runtime with two ranks in its trainer Job and no torch policy, whose port 29400
+    is a host port under host networking: two ranks could not both run on the one node (and
+    without it, Trainer takes the node count from the runtime, not from --num-nodes)."""
+    runtime = {**node_runtime(), "kind": "TrainingRuntime", "metadata": {"name": LOCAL_RUNTIME}}
+    runtime["spec"]["mlPolicy"] = {"numNodes": 2}
+    trainer_job = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    trainer_job.update(parallelism=2, completions=2)
+    return runtime
+
+
 def local_runtime(api: client.ApiClient, namespace: str, shape: RuntimeShape) -> None:
     """The namespace's TrainingRuntime, which the member may edit (a team's own runtime)."""
     if shape == "two-jobs":
         runtime = two_job_runtime(namespace)
+    elif shape == "two-ranks":
+        runtime = two_rank_runtime()
     else:
         runtime = {**node_runtime(), "kind": "TrainingRuntime", "metadata": {"name": LOCAL_RUNTIME}}
     client.CustomObjectsApi(api).create_namespaced_custom_object(
@@ -1449,7 +1531,7 @@ def test_every_edit_on_the_path_is_refused_raised_or_flagged(
         assert ran == [], f"{cell.id} ({installed}): printed R {ran}"
         return
     if isinstance(outcome, Unseen):
-        assert ran != sorted(set(ran)), f"{cell.id} ({installed}): printed R {ran}, no repeat"
+        assert target.repeated(), f"{cell.id} ({installed}): printed R {ran}, no repeat"
         unseen = run_stage(step, "audit", "--namespace", namespace, "--name", target.name)
         assert unseen.code == 0, unseen.error
         return
@@ -1464,6 +1546,12 @@ def test_every_edit_on_the_path_is_refused_raised_or_flagged(
 
 
 # --- what RBAC does not allow an actor: a 403 that names no guard rule ----------------------
+
+
+def _scale_subresource(api: client.ApiClient, namespace: str, job: str) -> object:
+    path = f"/apis/batch/v1/namespaces/{namespace}/jobs/{job}/scale"
+    body = {"spec": {"replicas": 1}}
+    return kube.request(api, "PATCH", path, body=body, content_type=MERGE_PATCH)
 
 
 def _rbac_edit(where: str, target: Target, job: str) -> Callable[[], object]:
@@ -1508,6 +1596,9 @@ def _rbac_edit(where: str, target: Target, job: str) -> Callable[[], object]:
         "cluster-runtime update member": lambda: custom.patch_cluster_custom_object(
             *TRAINER, "clustertrainingruntimes", NODE_RUNTIME, noted
         ),
+        # `kubectl scale job`: Kubernetes 1.36 serves no jobs/scale, and RBAC answers first.
+        "job scale member": lambda: _scale_subresource(api, namespace, job),
+        "job scale steps": lambda: _scale_subresource(api, namespace, job),
     }
     return edits[where]
 
@@ -1548,7 +1639,7 @@ def test_the_unseen_cell_with_the_controller_s_auditor_running_is_flagged(
     control_plane: Cluster,
     tmp_path: Path,
 ) -> None:
-    """The matrix's one UNSEEN cell, with the admission controller's auditor beside it, as a
+    """The matrix's UNSEEN erasure, with the admission controller's auditor beside it, as a
     detection-only install runs it: nothing refuses the erasure or the rerun, which prints the
     same R, but the auditor saw the record go. The TrainJob is flagged (the erasure, then the
     rerun against the record it put back) and dispatch-audit then exits 7 with the repeat."""

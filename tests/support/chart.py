@@ -308,8 +308,15 @@ Check the install through the steps' ServiceAccount (a dry-run audit, read only)
 Then list the AdmissionCheck in your ClusterQueues' spec.admissionChecks, and see it Active:
   kubectl get admissioncheck {{ .Values.kueue.admissionCheck }}
 {{- end }}
+{{- if eq $namespace "@CONFIG_NAMESPACE@" }}
+Then check the install as a cluster admin (read only; exit 8 names what to fix):
+  kubectl dispatch doctor -n {{ $steps }} --check {{ .Values.kueue.admissionCheck }}
+{{- else }}
+kubectl dispatch doctor looks for the controller and its parameters in @CONFIG_NAMESPACE@ only:
+here they are in {{ $namespace }}, so its checks of them fail.
+{{- end }}
 Then start a TrainJob with the steps (docs/cli.md), and follow it:
-  kubectl dispatch status -n {{ $steps }} --name NAME
+  kubectl dispatch status NAME -n {{ $steps }}
 """
 
 # `helm test`: a dry-run audit of the steps' namespace (dispatch-audit --all --dry-run=client:
@@ -736,7 +743,9 @@ def files() -> dict[str, str]:
         "values.yaml": values,
         "values.schema.json": json.dumps(schema(list(identities)), indent=2) + "\n",
         "templates/_helpers.tpl": HELPERS,
-        "templates/NOTES.txt": NOTES.replace("@STEPS_ACCOUNT@", steps_account),
+        "templates/NOTES.txt": NOTES.replace("@STEPS_ACCOUNT@", steps_account).replace(
+            "@CONFIG_NAMESPACE@", controller_namespace
+        ),
         "templates/tests/read-only.yaml": TEST_POD.replace("@STEPS_ACCOUNT@", steps_account)
         .replace("@SECURITY@", _indented(pod["securityContext"], 4))
         .replace("@CONTAINER_SECURITY@", _indented(container["securityContext"], 6)),

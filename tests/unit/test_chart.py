@@ -304,6 +304,9 @@ def test_the_notes_say_what_was_installed_and_the_next_command(helm_home: Path) 
     assert "the AdmissionCheck dispatch-admission" in kueue
     assert "helm test rel -n team-a" in kueue
     assert "Every policy" in kueue
+    assert "kubectl dispatch doctor looks for the controller" in kueue
+    layout = [arg for value in chart.CONFIG_LAYOUT for arg in ("--set", value)]
+    assert "kubectl dispatch doctor -n default --check dispatch-admission" in notes(*layout)
     old = notes("--set", "kueue.enabled=false", "--set", "policies=guard-only")
     assert "Plain mode" in old
     assert "guard-only policies" in old

@@ -12,8 +12,10 @@ The plane is this module's own, as for the bundles (tests/pipelines/test_dist_in
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import pytest
 from kubernetes import client
@@ -22,7 +24,7 @@ from tests.cluster import kube
 from tests.cluster.wait import wait_until
 from tests.pipelines.conftest import FreshPlane
 from tests.support import chart
-from tests.support.installed import CONTROLLER, EVENT_KINDS
+from tests.support.installed import CONTROLLER, EVENT_KINDS, account_kubeconfig
 
 pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]
 
@@ -37,6 +39,7 @@ NEXT: Final = [
 ]
 
 
+BIN: Final = Path(sys.executable).parent  # the console scripts, as the image has them
 # The controller's Deployment, in the release's namespace.
 CONTROLLER_HERE: Final = (*CONTROLLER[:2], RELEASE_NAMESPACE, CONTROLLER[3])
 
@@ -77,6 +80,10 @@ def test_the_chart_installs_upgrades_in_place_and_uninstalls_to_nothing_but_even
         text = chart.template(values, home=home, namespace=RELEASE_NAMESPACE)
         return {k for k, o in chart.by_key(text).items() if not chart.is_hook(o)}
 
+    def hooks(values: list[str]) -> list[dict[str, Any]]:
+        text = chart.template(values, home=home, namespace=RELEASE_NAMESPACE, with_tests=True)
+        return [o for o in chart.by_key(text).values() if chart.is_hook(o)]
+
     before = kube.everything(api)
     plain = rendered(["kueue.enabled=false"])
     assert {ns for _, _, ns, _ in plain} == {"", RELEASE_NAMESPACE}
@@ -86,6 +93,24 @@ def test_the_chart_installs_upgrades_in_place_and_uninstalls_to_nothing_but_even
     assert CONTROLLER not in installed
     # policies=auto: this API server serves MutatingAdmissionPolicy, so every policy went in.
     assert "MutatingAdmissionPolicy" in {kind for _, kind, _, _ in installed}
+    # What the helm test Pod runs, run here as its ServiceAccount (the plane has no node to run
+    # the Pod): the installed rights let it read all it needs, and it writes nothing.
+    (test_pod,) = [o for o in hooks(["kueue.enabled=false"]) if o["kind"] == "Pod"]
+    (container,) = test_pod["spec"]["containers"]
+    account = account_kubeconfig(
+        api,
+        fresh_plane.kubeconfig,
+        test_pod["metadata"]["namespace"],
+        test_pod["spec"]["serviceAccountName"],
+        tmp_path / "steps-kubeconfig",
+    )
+    everything_then = kube.everything(api)
+    command, *args = container["command"]
+    done = subprocess.run(
+        [str(BIN / command), *args, "--kubeconfig", str(account)], text=True, capture_output=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert kube.everything(api) == everything_then
 
     # Kueue mode with the next image, one replica and the guard-only policies: the objects the
     # two share are the same objects; the MutatingAdmissionPolicy and its binding are removed.

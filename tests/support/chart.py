@@ -359,7 +359,11 @@ spec:
     {{- with .Values.image.pullPolicy }}
     imagePullPolicy: {{ . }}
     {{- end }}
-    command: [dispatch-audit, --all, --dry-run=client]
+    command:
+    - dispatch-audit
+    - --all
+    - --dry-run=client
+    - --namespace={{ include "dispatch-k8s.stepsNamespace" . }}
     securityContext:
 @CONTAINER_SECURITY@
 """

@@ -281,7 +281,12 @@ def test_the_helm_test_pod_runs_a_dry_run_audit_as_the_steps(helm_home: Path) ->
     (account,) = [k for k in objects if k[1] == "ServiceAccount" and k[2] == "team-a"]
     assert pod["spec"]["serviceAccountName"] == account[3]
     (container,) = pod["spec"]["containers"]
-    assert container["command"] == ["dispatch-audit", "--all", "--dry-run=client"]
+    assert container["command"] == [
+        "dispatch-audit",
+        "--all",
+        "--dry-run=client",
+        "--namespace=team-a",
+    ]
     assert container["image"] == f"{default_image()}"
 
 

@@ -294,7 +294,7 @@ def _build_into(target: Path, component: Component) -> Path:
 
 def executable_name(package: str) -> str:
     """The file `go build -o DIR/` names a main package's executable: the last element of its
-    path that is not a major version (`helm.sh/helm/v3/cmd/helm`: helm; `.../kustomize/v5`:
+    path that is not a major version (`helm.sh/helm/v4/cmd/helm`: helm; `.../kustomize/v5`:
     kustomize)."""
     elements = package.split("/")
     last = elements[-1]

@@ -82,7 +82,12 @@ CHECK: Final = "dispatch-admission"
 # The overlays that install alone beside plain and kueue (the lifecycles' own): every one on
 # this 1.36 plane, with the engines' and prometheus-operator's CRDs installed first.
 ALONE: Final = ("policies-guard-only", "monitoring", "argo", "tekton")
-CHART_VALUES: Final = ["monitoring.enabled=true", "argo.enabled=true", "tekton.enabled=true"]
+CHART_VALUES: Final = [
+    *chart.CONFIG_LAYOUT,  # the controller in dispatch-system, where installed.py looks for it
+    "monitoring.enabled=true",
+    "argo.enabled=true",
+    "tekton.enabled=true",
+]
 QUEUES: Final = [
     d
     for name in ("example-queues.yaml", "example-local-queue.yaml")
@@ -263,7 +268,8 @@ def test_a_kueue_lifecycle_runs_through_what_the_chart_installed(
     before = kube.everything(api)
     home, where = tmp_path / "helm", ["--namespace", NAMESPACE]
     # The values docs/install.md gives for the local cluster: its controllers' own users.
-    helm = ["--values", str(LOCAL_CLUSTER_VALUES), *where]
+    layout = [arg for value in chart.CONFIG_LAYOUT for arg in ("--set", value)]
+    helm = ["--values", str(LOCAL_CLUSTER_VALUES), *layout, *where]
     chart.run_helm("install", "dispatch-k8s", str(chart.CHART), *helm, home=home, kubeconfig=admin)
     for document in QUEUES:
         kube.apply(api, document, namespace=NAMESPACE)

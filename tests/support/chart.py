@@ -35,7 +35,11 @@ HEADER: Final = "# Generated from config/ by scripts/render-dist: do not edit (R
 Choice = tuple[str, str, str]
 CHOICES: Final[dict[str, Choice]] = {
     "kueue.yaml": (".Values.kueue.enabled", "kueue", "plain"),
-    "raise-on-open.yaml": ('eq .Values.policies "all"', "kueue", "policies-guard-only"),
+    "raise-on-open.yaml": (
+        'include "dispatch-k8s.mutatingPolicy" .',
+        "kueue",
+        "policies-guard-only",
+    ),
     "monitoring.yaml": (".Values.monitoring.enabled", "monitoring", "kueue"),
     "argo.yaml": (".Values.argo.enabled", "argo", "kueue"),
     "tekton.yaml": (".Values.tekton.enabled", "tekton", "kueue"),
@@ -50,13 +54,119 @@ NAMESPACES: Final = "__DISPATCH_NAMESPACES__"
 ON_REFUSAL: Final = "__DISPATCH_ON_REFUSAL__"
 LOG_LEVEL: Final = "__DISPATCH_LOG_LEVEL__"
 IDENTITIES: Final = "__DISPATCH_CONTROLLER_IDENTITIES__"
+NAMESPACE: Final = "__DISPATCH_NAMESPACE__"
+STEPS_NAMESPACE: Final = "__DISPATCH_STEPS_NAMESPACE__"
+LABELS: Final = "__DISPATCH_LABELS__"
+POD_LABELS: Final = "__DISPATCH_POD_LABELS__"
+EXTRA_ARGS: Final = "__DISPATCH_EXTRA_ARGS__"
+EXTRA_ENV: Final = "__DISPATCH_EXTRA_ENV__"
+# Keys written only when their value is set: sentinel -> (the key, the value, a scalar).
+OPTIONAL: Final = {
+    "__DISPATCH_POD_ANNOTATIONS__": ("annotations", ".Values.podAnnotations", False),
+    "__DISPATCH_AFFINITY__": ("affinity", ".Values.affinity", False),
+    "__DISPATCH_NODE_SELECTOR__": ("nodeSelector", ".Values.nodeSelector", False),
+    "__DISPATCH_TOLERATIONS__": ("tolerations", ".Values.tolerations", False),
+    "__DISPATCH_SPREAD__": (
+        "topologySpreadConstraints",
+        ".Values.topologySpreadConstraints",
+        False,
+    ),
+    "__DISPATCH_PRIORITY__": ("priorityClassName", ".Values.priorityClassName", True),
+    "__DISPATCH_PULL_SECRETS__": ("imagePullSecrets", ".Values.imagePullSecrets", False),
+    "__DISPATCH_PULL_POLICY__": ("imagePullPolicy", ".Values.image.pullPolicy", True),
+}
+# The labels every object gets from the chart (templates/_helpers.tpl), over config/'s own.
+STANDARD_LABELS: Final = (
+    "helm.sh/chart",
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+)
+# The values that install as config/ does, released in `default`: the controller in the
+# Namespace dispatch-system, which the chart makes, the steps in `default`.
+CONFIG_LAYOUT: Final = [
+    "namespace=dispatch-system",
+    "createNamespace=true",
+    "steps.namespace=default",
+]
+# Objects rendered only under a condition of their own, by kind.
+WHEN: Final = {
+    "Namespace": ".Values.createNamespace",
+    "PodDisruptionBudget": 'include "dispatch-k8s.disruptionBudget" .',
+}
 # The path guard's parameters (pipelines/policies/controllers.yaml): who each controller is.
 CONTROLLERS: Final = ("v1", "ConfigMap", "dispatch-system", "dispatch-k8s-controllers")
 
 HELPERS: Final = """\
-{{/* The step image: image.repository:image.tag, the tag by default the chart's appVersion. */}}
+{{/* The chart's name: nameOverride, else the chart's own (the label app.kubernetes.io/name). */}}
+{{- define "dispatch-k8s.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release's full name, the prefix of the objects that are the release's own (the helm
+test Pod): fullnameOverride, else the release's name with the chart's name unless it holds it. */}}
+{{- define "dispatch-k8s.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains (include "dispatch-k8s.name" .) .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name (include "dispatch-k8s.name" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/* The standard labels of every object the chart installs. */}}
+{{- define "dispatch-k8s.labels" -}}
+{{- $chart := printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" -}}
+helm.sh/chart: {{ $chart | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "dispatch-k8s.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* The controller's namespace, where the controller and the path guard's parameters go:
+namespace, else the release's. */}}
+{{- define "dispatch-k8s.namespace" -}}
+{{- default .Release.Namespace .Values.namespace }}
+{{- end }}
+
+{{/* The steps' namespace, where their identity and templates go: steps.namespace, else the
+controller's. */}}
+{{- define "dispatch-k8s.stepsNamespace" -}}
+{{- default (include "dispatch-k8s.namespace" .) .Values.steps.namespace }}
+{{- end }}
+
+{{/* The step image: image.repository:image.tag, the tag by default the chart's appVersion,
+and @image.digest when one is set (the runtime pulls by the digest; kustomize writes the same). */}}
 {{- define "dispatch-k8s.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- with .Values.image.digest }}@{{ . }}{{ end }}
+{{- end }}
+
+{{/* Whether the MutatingAdmissionPolicy goes in: policies all, or auto and the API server
+serves it (admissionregistration.k8s.io/v1, Kubernetes 1.36 on). From a cluster helm lists every
+kind served (v1/Namespace among them); without one (helm template, lint) only group versions, so
+the Kubernetes version decides (--kube-version), or --api-versions naming the kind. Empty for
+no. */}}
+{{- define "dispatch-k8s.mutatingPolicy" -}}
+{{- $kind := "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" }}
+{{- $served := .Capabilities.APIVersions.Has $kind }}
+{{- $offline := not (.Capabilities.APIVersions.Has "v1/Namespace") }}
+{{- $recent := semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version }}
+{{- if eq .Values.policies "all" }}true
+{{- else if and (eq .Values.policies "auto") (or $served (and $offline $recent)) }}true
+{{- end }}
+{{- end }}
+
+{{/* Whether the controller has a PodDisruptionBudget: asked for (true), or auto and more
+than one replica (at one, minAvailable 1 would block every drain). Empty for no. */}}
+{{- define "dispatch-k8s.disruptionBudget" -}}
+{{- $asked := toString .Values.controller.podDisruptionBudget }}
+{{- $many := gt (int .Values.controller.replicas) 1 }}
+{{- if or (eq $asked "true") (and (eq $asked "auto") $many) }}true
+{{- end }}
 {{- end }}
 """
 # The metrics are the controller's: without it the Service would select no pod.
@@ -68,14 +178,50 @@ MONITORING_NEEDS_KUEUE: Final = """\
 
 VALUES: Final = """\
 # dispatch-k8s's chart: the objects of config/'s overlays (README, Install), chosen by these
-# values. The defaults install what config/kueue (dist/install-kueue.yaml) does.
+# values. The defaults install what config/kueue (dist/install-kueue.yaml) does, in the
+# release's namespace.
 # Generated from config/ by scripts/render-dist: do not edit; set values with --set or -f.
 
+# The label app.kubernetes.io/name (default: the chart's name), and the prefix of the objects
+# that are the release's own (the helm test Pod; default: the release's name and the chart's).
+nameOverride: ""
+fullnameOverride: ""
+
+# Where the controller and the path guard's parameters go: empty is the release's namespace
+# (helm's -n). createNamespace: the chart makes that Namespace (restricted Pod Security), for a
+# namespace other than the release's; helm install --create-namespace makes the release's.
+namespace: ""
+createNamespace: false
+
+# The steps' identity (the ServiceAccount dispatch-steps and its RBAC) and, with Argo or Tekton,
+# the step templates: in the namespace where the TrainJobs live. Empty is the namespace above.
+steps:
+  namespace: ""
+
 # The step image: the controller's container, and the Argo and Tekton parameters that default
-# to it. An empty tag is the chart's appVersion.
+# to it. An empty tag is the chart's appVersion; a digest (sha256:...) pins it (repository:
+# tag@digest: the runtime pulls by the digest).
 image:
   repository: {repository}
   tag: ""
+  digest: ""
+  # The controller's imagePullPolicy: empty is Kubernetes' default (IfNotPresent for a tag).
+  pullPolicy: ""
+
+# Secrets to pull the image with (of the controller's namespace), as [{{name: ...}}].
+imagePullSecrets: []
+
+# Where the controller's pods run, as a pod's spec says it (nodeSelector, tolerations and
+# priorityClassName also for the helm test Pod). The default affinity spreads the controller's
+# replicas over nodes; {{}} drops it.
+affinity:
+{affinity}nodeSelector: {{}}
+tolerations: []
+topologySpreadConstraints: []
+priorityClassName: ""
+# More annotations and labels of the controller's pods.
+podAnnotations: {{}}
+podLabels: {{}}
 
 # Kueue mode: the AdmissionCheck and the controller that gates its Workloads (config/kueue).
 # false is plain mode, neither (config/plain, dist/install.yaml).
@@ -97,8 +243,16 @@ controller:
   onRefusal: reject
   # How much the controller logs (its --log-level): debug, info, warning or error.
   logLevel: info
+  # More of its flags (dispatch-admission-controller --help), and environment variables, as
+  # a container's env.
+  extraArgs: []
+  extraEnv: []
   resources:
 {resources}
+  # A PodDisruptionBudget (minAvailable 1): auto has one when replicas > 1 (at one replica it
+  # would block every node drain); true or false to say.
+  podDisruptionBudget: auto
+
 # Who the path guard trusts to write what it guards (the ConfigMap dispatch-k8s-controllers,
 # docs/policies.md): the usernames each controller writes as. The defaults are the upstream
 # installs' ServiceAccounts; name yours where they run as other users. Whoever may set these
@@ -106,8 +260,10 @@ controller:
 controllerIdentities:
 {identities}
 # all: every policy of pipelines/policies. guard-only: without the MutatingAdmissionPolicy,
-# for Kubernetes 1.30 to 1.35 (config/policies-guard-only).
-policies: all
+# for Kubernetes 1.30 to 1.35 (config/policies-guard-only). auto: all where the API server
+# serves MutatingAdmissionPolicy (admissionregistration.k8s.io/v1, Kubernetes 1.36 on), else
+# guard-only; helm template without a cluster decides from --kube-version.
+policies: auto
 
 # The controller's Service, ServiceMonitor and PrometheusRule (config/monitoring): needs
 # prometheus-operator's CRDs, and kueue.enabled.
@@ -121,6 +277,95 @@ argo:
 # The steps as Tekton Tasks and Pipelines (config/tekton).
 tekton:
   enabled: false
+"""
+
+# What helm prints after an install or upgrade.
+NOTES: Final = """\
+dispatch-k8s {{ .Chart.AppVersion }} is installed:
+release {{ .Release.Name }} in {{ .Release.Namespace }}.
+{{- $namespace := include "dispatch-k8s.namespace" . }}
+{{- $steps := include "dispatch-k8s.stepsNamespace" . }}
+
+- The steps' identity: the ServiceAccount @STEPS_ACCOUNT@ in {{ $steps }}, and the
+  dispatch-ready ClusterTrainingRuntimes.
+{{- if include "dispatch-k8s.mutatingPolicy" . }}
+- Every policy of pipelines/policies, the MutatingAdmissionPolicy included.
+{{- else }}
+- The guard-only policies: this API server does not serve MutatingAdmissionPolicy
+  (admissionregistration.k8s.io/v1, Kubernetes 1.36), or policies=guard-only was set.
+{{- end }}
+{{- if .Values.kueue.enabled }}
+- Kueue mode: the AdmissionCheck {{ .Values.kueue.admissionCheck }}, and its controller
+  (the Deployment dispatch-admission-controller in {{ $namespace }},
+  replicas: {{ .Values.controller.replicas }}).
+{{- else }}
+- Plain mode: no AdmissionCheck, no controller.
+{{- end }}
+
+Check the install through the steps' ServiceAccount (a dry-run audit, read only):
+  helm test {{ .Release.Name }} -n {{ .Release.Namespace }}
+{{- if .Values.kueue.enabled }}
+Then list the AdmissionCheck in your ClusterQueues' spec.admissionChecks, and see it Active:
+  kubectl get admissioncheck {{ .Values.kueue.admissionCheck }}
+{{- end }}
+{{- if eq $namespace "@CONFIG_NAMESPACE@" }}
+Then check the install as a cluster admin (read only; exit 8 names what to fix):
+  kubectl dispatch doctor -n {{ $steps }} --check {{ .Values.kueue.admissionCheck }}
+{{- else }}
+kubectl dispatch doctor looks for the controller and its parameters in @CONFIG_NAMESPACE@ only:
+here they are in {{ $namespace }}, so its checks of them fail.
+{{- end }}
+Then start a TrainJob with the steps (docs/cli.md), and follow it:
+  kubectl dispatch status NAME -n {{ $steps }}
+"""
+
+# `helm test`: a dry-run audit of the steps' namespace (dispatch-audit --all --dry-run=client:
+# it reads, decides and prints, and sends no write) as the steps' ServiceAccount, so it checks
+# the image, the API server's reach and the steps' read rights, and changes nothing.
+TEST_POD: Final = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {{ include "dispatch-k8s.fullname" . }}-test
+  namespace: {{ include "dispatch-k8s.stepsNamespace" . }}
+  labels:
+    {{- include "dispatch-k8s.labels" . | nindent 4 }}
+  annotations:
+    helm.sh/hook: test
+    helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+spec:
+  restartPolicy: Never
+  serviceAccountName: @STEPS_ACCOUNT@
+  {{- with .Values.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.priorityClassName }}
+  priorityClassName: {{ . | quote }}
+  {{- end }}
+  {{- with .Values.imagePullSecrets }}
+  imagePullSecrets:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  securityContext:
+@SECURITY@
+  containers:
+  - name: audit
+    image: {{ include "dispatch-k8s.image" . | quote }}
+    {{- with .Values.image.pullPolicy }}
+    imagePullPolicy: {{ . }}
+    {{- end }}
+    command:
+    - dispatch-audit
+    - --all
+    - --dry-run=client
+    - --namespace={{ include "dispatch-k8s.stepsNamespace" . }}
+    securityContext:
+@CONTAINER_SECURITY@
 """
 
 CHART_YAML: Final = """\
@@ -143,20 +388,50 @@ annotations:
 
 def schema(identities: Sequence[str]) -> dict[str, Any]:
     """values.schema.json: every value typed, unknown ones refused (a typo fails the install);
-    `identities`, the keys the path guard reads from its parameters."""
+    `identities`, the keys the path guard reads from its parameters. What a pod's spec says
+    (affinity, tolerations, env...) is left to the API server to check."""
 
     def closed(properties: dict[str, Any]) -> dict[str, Any]:
         return {"type": "object", "additionalProperties": False, "properties": properties}
 
     enabled = closed({"enabled": {"type": "boolean"}})
     usernames = {"type": "array", "items": {"type": "string", "minLength": 1}}
+    strings = {"type": "object", "additionalProperties": {"type": "string"}}
+    objects = {"type": "array", "items": {"type": "object"}}
+    # A name the API server takes for a namespace (RFC 1123 label); empty for the default.
+    namespace = {"type": "string", "pattern": "^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?$"}
     return {
         "$schema": "https://json-schema.org/draft-07/schema#",
         **closed(
             {
+                "nameOverride": {"type": "string"},
+                "fullnameOverride": {"type": "string"},
+                "namespace": namespace,
+                "createNamespace": {"type": "boolean"},
+                "steps": closed({"namespace": namespace}),
                 "image": closed(
-                    {"repository": {"type": "string", "minLength": 1}, "tag": {"type": "string"}}
+                    {
+                        "repository": {"type": "string", "minLength": 1},
+                        "tag": {"type": "string"},
+                        "digest": {"type": "string", "pattern": "^([a-z0-9]+:[a-f0-9]{32,})?$"},
+                        "pullPolicy": {"enum": ["", "Always", "IfNotPresent", "Never"]},
+                    }
                 ),
+                "imagePullSecrets": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["name"],
+                        "properties": {"name": {"type": "string", "minLength": 1}},
+                    },
+                },
+                "affinity": {"type": "object"},
+                "nodeSelector": strings,
+                "tolerations": objects,
+                "topologySpreadConstraints": objects,
+                "priorityClassName": {"type": "string"},
+                "podAnnotations": strings,
+                "podLabels": strings,
                 "kueue": closed(
                     {
                         "enabled": {"type": "boolean"},
@@ -169,11 +444,14 @@ def schema(identities: Sequence[str]) -> dict[str, Any]:
                         "namespaces": {"type": "array", "items": {"type": "string"}},
                         "onRefusal": {"enum": ["reject", "retry", "wait"]},
                         "logLevel": {"enum": ["debug", "info", "warning", "error"]},
+                        "extraArgs": {"type": "array", "items": {"type": "string"}},
+                        "extraEnv": objects,
                         "resources": {"type": "object"},
+                        "podDisruptionBudget": {"enum": ["auto", True, False]},
                     }
                 ),
                 "controllerIdentities": closed({key: usernames for key in identities}),
-                "policies": {"enum": ["all", "guard-only"]},
+                "policies": {"enum": ["auto", "all", "guard-only"]},
                 "monitoring": enabled,
                 "argo": enabled,
                 "tekton": enabled,
@@ -211,15 +489,75 @@ def _with_sentinels(value: Any, names: Mapping[str, str]) -> Any:
 
 
 def _controller_with_sentinels(deployment: Manifest) -> Manifest:
+    """The controller's Deployment with a sentinel where each value goes; its affinity goes to
+    the values, as their default."""
     spec = deployment["spec"]
-    (container,) = spec["template"]["spec"]["containers"]
+    template = spec["template"]
+    (container,) = template["spec"]["containers"]
+    optional = {v[0]: k for k, v in OPTIONAL.items()}
     container = {
         **container,
-        "args": [*container["args"], NAMESPACES, ON_REFUSAL, LOG_LEVEL],
+        "args": [*container["args"], NAMESPACES, ON_REFUSAL, LOG_LEVEL, EXTRA_ARGS],
+        "env": [*container["env"], EXTRA_ENV],
         "resources": RESOURCES,
+        optional["imagePullPolicy"]: "",
     }
-    template = {**spec["template"], "spec": {**spec["template"]["spec"], "containers": [container]}}
+    pod = {k: v for k, v in template["spec"].items() if k != "affinity"}
+    for key in ("affinity", "nodeSelector", "tolerations", "topologySpreadConstraints"):
+        pod[optional[key]] = ""
+    pod |= {optional["priorityClassName"]: "", optional["imagePullSecrets"]: ""}
+    metadata = {
+        **template["metadata"],
+        "labels": {**template["metadata"]["labels"], POD_LABELS: ""},
+        optional["annotations"]: "",
+    }
+    template = {"metadata": metadata, "spec": {**pod, "containers": [container]}}
     return {**deployment, "spec": {**spec, "replicas": REPLICAS, "template": template}}
+
+
+def _released(value: Any, namespaces: Mapping[str, str]) -> Any:
+    """An object of config/ as the chart installs it: every `namespace:` it names (its own,
+    a subject's, a parameter's) by its sentinel in `namespaces`, the standard labels' sentinel
+    first in its labels, and a Namespace's name by its sentinel."""
+
+    def namespaced(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {
+                k: namespaces[x] if k == "namespace" and isinstance(x, str) else namespaced(x)
+                for k, x in v.items()
+            }
+        return [namespaced(x) for x in v] if isinstance(v, list) else v
+
+    o = namespaced(value)
+    labels = o["metadata"].get("labels", {})
+    # A label config/ sets itself (the Service's name, which its ServiceMonitor selects) stays.
+    own = " ".join(k for k in STANDARD_LABELS if k in labels)
+    metadata = {**o["metadata"], "labels": {LABELS: own, **labels}}
+    if o["kind"] == "Namespace":
+        metadata["name"] = namespaces[metadata["name"]]
+    return {**o, "metadata": metadata}
+
+
+def _labels(m: re.Match[str]) -> str:
+    """The standard labels' template text, but for those the object sets itself (m[2])."""
+    standard = 'include "dispatch-k8s.labels" .'
+    if m[2] == "''":
+        return f"{{{{- {standard} | nindent {len(m[1])} }}}}\n"
+    own = " ".join(f'"{k}"' for k in m[2].split())
+    return f"{{{{- omit ({standard} | fromYaml) {own} | toYaml | nindent {len(m[1])} }}}}\n"
+
+
+def _optional(key: str, value: str, scalar: bool) -> Callable[[re.Match[str]], str]:
+    """The template text of a key written only when `value` is set."""
+
+    def replacement(m: re.Match[str]) -> str:
+        if scalar:
+            body = f"{m[1]}{key}: {{{{ . | quote }}}}\n"
+        else:
+            body = f"{m[1]}{key}:\n{{{{- toYaml . | nindent {len(m[1]) + 2} }}}}\n"
+        return f"{{{{- with {value} }}}}\n{body}{{{{- end }}}}\n"
+
+    return replacement
 
 
 def _template_text(objects: Sequence[Manifest]) -> str:
@@ -233,6 +571,34 @@ def _template_text(objects: Sequence[Manifest]) -> str:
         (re.escape(IMAGE), '{{ include "dispatch-k8s.image" . | quote }}'),
         (re.escape(CHECK_NAME), "{{ .Values.kueue.admissionCheck | quote }}"),
         (re.escape(REPLICAS), "{{ .Values.controller.replicas }}"),
+        (re.escape(NAMESPACE), '{{ include "dispatch-k8s.namespace" . }}'),
+        (re.escape(STEPS_NAMESPACE), '{{ include "dispatch-k8s.stepsNamespace" . }}'),
+        (rf"(?m)^( *){LABELS}: (.*)\n", _labels),
+        (
+            rf"(?m)^( *){POD_LABELS}: ''\n",
+            lambda m: (
+                "{{- with .Values.podLabels }}\n"
+                f"{{{{- toYaml . | nindent {len(m[1])} }}}}\n"
+                "{{- end }}\n"
+            ),
+        ),
+        (
+            rf"(?m)^( *)- {EXTRA_ARGS}\n",
+            lambda m: (
+                "{{- range .Values.controller.extraArgs }}\n"
+                f"{m[1]}- {{{{ . | quote }}}}\n"
+                "{{- end }}\n"
+            ),
+        ),
+        (
+            rf"(?m)^( *)- {EXTRA_ENV}\n",
+            lambda m: (
+                "{{- with .Values.controller.extraEnv }}\n"
+                f"{{{{- toYaml . | nindent {len(m[1])} }}}}\n"
+                "{{- end }}\n"
+            ),
+        ),
+        *((rf"(?m)^( *){sentinel}: ''\n", _optional(*o)) for sentinel, o in OPTIONAL.items()),
         (
             rf"(?m)^( *)resources: {RESOURCES}$",
             lambda m: (
@@ -287,6 +653,13 @@ def _template_text(objects: Sequence[Manifest]) -> str:
             ON_REFUSAL,
             LOG_LEVEL,
             IDENTITIES,
+            NAMESPACE,
+            STEPS_NAMESPACE,
+            LABELS,
+            POD_LABELS,
+            EXTRA_ARGS,
+            EXTRA_ENV,
+            *OPTIONAL,
         )
         if s in text
     ]
@@ -326,10 +699,21 @@ def files() -> dict[str, str]:
         CONTROLLERS: {**union[CONTROLLERS], "data": IDENTITIES},
         kube.key(deployment): _controller_with_sentinels(deployment),
     }
+    # config/ puts the controller in the Namespace it makes, the steps in one other namespace.
+    (controller_namespace,) = [name for _, kind, _, name in union if kind == "Namespace"]
+    others = {ns for _, _, ns, _ in union if ns not in ("", controller_namespace)}
+    (steps_namespace,) = others
+    namespaces = {controller_namespace: NAMESPACE, steps_namespace: STEPS_NAMESPACE}
 
     def text(keys: list[Key]) -> str:
-        objects = [with_sentinels.get(k, union[k]) for k in keys]
-        return _template_text(_with_sentinels(objects, names))
+        parts = []
+        for k in keys:
+            o = _released(with_sentinels.get(k, union[k]), namespaces)
+            one = _template_text([_with_sentinels(o, names)])
+            parts.append(_conditional(WHEN[k[1]], one) if k[1] in WHEN else one)
+        text = "".join(parts)
+        assert controller_namespace not in text, f"{controller_namespace} named in a template"
+        return text
 
     templates = {
         f"templates/{BASE}": HEADER + text(base),
@@ -340,13 +724,19 @@ def files() -> dict[str, str]:
             for name, keys in chosen.items()
         },
     }
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
     resources = yaml.safe_dump(container["resources"], sort_keys=False)
+    affinity = yaml.safe_dump(pod["affinity"], sort_keys=False)
+    (steps_account,) = [
+        name for _, kind, ns, name in union if kind == "ServiceAccount" and ns == steps_namespace
+    ]
     values = VALUES.format(
         repository=default_image().rsplit(":", 1)[0],
         check=check,
         replicas=deployment["spec"]["replicas"],
         resources="".join(f"    {line}\n" for line in resources.splitlines()),
+        affinity="".join(f"  {line}\n" for line in affinity.splitlines()),
         identities="".join(
             f"  {key}:\n" + "".join(f"  - {user}\n" for user in users.splitlines())
             for key, users in identities.items()
@@ -357,8 +747,20 @@ def files() -> dict[str, str]:
         "values.yaml": values,
         "values.schema.json": json.dumps(schema(list(identities)), indent=2) + "\n",
         "templates/_helpers.tpl": HELPERS,
+        "templates/NOTES.txt": NOTES.replace("@STEPS_ACCOUNT@", steps_account).replace(
+            "@CONFIG_NAMESPACE@", controller_namespace
+        ),
+        "templates/tests/read-only.yaml": TEST_POD.replace("@STEPS_ACCOUNT@", steps_account)
+        .replace("@SECURITY@", _indented(pod["securityContext"], 4))
+        .replace("@CONTAINER_SECURITY@", _indented(container["securityContext"], 6)),
         **templates,
     }
+
+
+def _indented(value: Manifest, indent: int) -> str:
+    """`value` as YAML lines, each indented by `indent` spaces (no final newline)."""
+    text = yaml.safe_dump(value, sort_keys=False).rstrip("\n")
+    return "\n".join(" " * indent + line for line in text.splitlines())
 
 
 def checked_in() -> dict[str, str]:
@@ -392,10 +794,54 @@ def run_helm(*args: str, home: Path, kubeconfig: Path | None = None) -> str:
     return done.stdout
 
 
-def template(values: Sequence[str], *, home: Path) -> str:
-    """`helm template` of the checked-in chart with these `--set` values."""
+def template(
+    values: Sequence[str],
+    *,
+    home: Path,
+    namespace: str = "default",
+    args: Sequence[str] = (),
+    with_tests: bool = False,
+) -> str:
+    """`helm template` of the checked-in chart, release dispatch-k8s in `namespace`, with these
+    `--set` values and other `args`; the helm test Pod only `with_tests` (helm installs it only
+    for `helm test`)."""
     sets = [arg for value in values for arg in ("--set", value)]
-    return run_helm("template", "dispatch-k8s", str(CHART), *sets, home=home)
+    where = ["--namespace", namespace, *([] if with_tests else ["--skip-tests"])]
+    return run_helm("template", "dispatch-k8s", str(CHART), *where, *sets, *args, home=home)
+
+
+def release_labels(release: str) -> dict[str, str]:
+    """The standard labels the chart gives every object of release `release`."""
+    chart_yaml = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    return {
+        "helm.sh/chart": f"{chart_yaml['name']}-{chart_yaml['version']}",
+        "app.kubernetes.io/name": chart_yaml["name"],
+        "app.kubernetes.io/instance": release,
+        "app.kubernetes.io/version": chart_yaml["appVersion"],
+        "app.kubernetes.io/managed-by": "Helm",
+    }
+
+
+def is_hook(o: Manifest) -> bool:
+    """Whether helm runs `o` as a hook (the helm test Pod) rather than installing it."""
+    return "helm.sh/hook" in o["metadata"].get("annotations", {})
+
+
+def as_config(text: str, release: str = "dispatch-k8s") -> dict[Key, Manifest]:
+    """The installed objects of a `helm template` render, by key, without the standard labels
+    the chart adds (what config/ renders has none): to compare with kustomize's."""
+    added = release_labels(release)
+
+    def unlabelled(o: Manifest) -> Manifest:
+        labels = {k: v for k, v in o["metadata"]["labels"].items() if added.get(k) != v}
+        metadata = (
+            {**o["metadata"], "labels": labels}
+            if labels
+            else {k: v for k, v in o["metadata"].items() if k != "labels"}
+        )
+        return {**o, "metadata": metadata}
+
+    return {k: unlabelled(o) for k, o in by_key(text).items() if not is_hook(o)}
 
 
 def main(argv: list[str]) -> int:

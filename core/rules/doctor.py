@@ -85,6 +85,7 @@ COMPONENTS: Final = (
 VALIDATING_POLICIES: Final = (
     "dispatch-k8s-guard-trainjobs",
     "dispatch-k8s-guard-ledger",
+    "dispatch-k8s-ledger-trainjobs",
     "dispatch-k8s-guard-jobsets",
     "dispatch-k8s-guard-jobs",
     "dispatch-k8s-guard-pods",

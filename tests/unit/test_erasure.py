@@ -157,7 +157,7 @@ def _held(**changes: Any) -> dict[str, Any]:
 def _audited(job: dict[str, Any], jobset: dict[str, Any]) -> auditing.Decision:
     """The controller's pass over a version of the job and its (podless) JobSet."""
     job_audit = auditing.audit_of(job, jobset, runtime_now=None, jobs=[], pods=[])
-    return auditing.decide(job, jobset, job_audit, jobset_after=jobset)
+    return auditing.decide(job, jobset, job_audit, jobset_after=jobset, created=None)
 
 
 def test_step_4_in_one_write_leaves_nothing_to_flag_and_the_first_of_two_writes_does() -> None:

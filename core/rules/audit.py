@@ -20,7 +20,6 @@ from dispatch_k8s.core.rules.trainjob import runtime_seen
 from dispatch_k8s.core.rules.wire import (
     ADMISSION_ANNOTATION,
     ADMISSION_FLOOR_ANNOTATION,
-    ALLOW_RANK_RESTART_ANNOTATION,
     ANCESTOR_LABEL,
     ANCESTOR_TRAINER,
     COMPLETION_INDEX_KEY,
@@ -155,7 +154,7 @@ class JobAudit:
         runtime_now: Mapping[str, Any] | Unread | None = UNREAD,
         jobs: Iterable[Mapping[str, Any]] = (),
     ) -> None:
-        self.name = _word(shapes.mapping(trainjob.get("metadata")).get("name"))
+        self.name = shapes.word(shapes.mapping(trainjob.get("metadata")).get("name"))
         annotations = shapes.annotations_of(trainjob)
         self.findings: list[Finding] = []
         self._recorded_uid = self._read_recorded_uid(annotations.get(JOBSET_UID_ANNOTATION))
@@ -239,7 +238,7 @@ class JobAudit:
         named: set[str] = set()
         values: set[str] = set()
         for path, replicated_job in _patched_jobs(trainjob, self.name, self.findings):
-            named.add(_word(replicated_job.get("name")))
+            named.add(shapes.word(replicated_job.get("name")))
             pod_meta = shapes.at(replicated_job, "template", "spec", "template", "metadata")
             value = shapes.mapping(pod_meta.get("annotations")).get(ADMISSION_ANNOTATION)
             values.add(value if isinstance(value, str) else repr(value))  # any shape hashes
@@ -260,7 +259,7 @@ class JobAudit:
         self._slots.see(pod)  # every pod: an execution rerun in the same slot may have finished
         if not self._runs_trainer(pod):
             return  # initializers and MPI workers never carry A: the trainer jobs do
-        pod_name = _word(shapes.mapping(pod.get("metadata")).get("name"))
+        pod_name = shapes.word(shapes.mapping(pod.get("metadata")).get("name"))
         if not _is_live(pod):
             if _has_started(pod):
                 self.findings.extend(self._check_zero_r(pod, pod_name))
@@ -425,7 +424,7 @@ class _Slots:
         if labels.get(COMPLETION_INDEX_KEY) is None:
             return  # not a pod of an indexed Job: no slot to compare
         key = tuple(
-            self._words.setdefault(word := _word(value), word)
+            self._words.setdefault(word := shapes.word(value), word)
             for value in (
                 labels.get(JOBSET_UID_KEY),
                 labels.get(REPLICATED_JOB_NAME_KEY),
@@ -435,7 +434,7 @@ class _Slots:
                 labels.get(RESTART_ATTEMPT_KEY),
             )
         )
-        name = _word(shapes.mapping(pod.get("metadata")).get("name"))
+        name = shapes.word(shapes.mapping(pod.get("metadata")).get("name"))
         first = self.pods.setdefault(key, name)
         if first is not name:  # a second pod in the slot: from now on every name counts
             self.duplicates.setdefault(key, [first]).append(name)
@@ -469,7 +468,7 @@ class _ChildJobs:
 
     def see(self, job: Mapping[str, Any]) -> Iterator[Finding]:
         meta = shapes.mapping(job.get("metadata"))
-        uid, name = meta.get("uid"), _word(meta.get("name"))
+        uid, name = meta.get("uid"), shapes.word(meta.get("name"))
         if isinstance(uid, str) and uid:
             self._by_uid[uid] = job
         template_meta = shapes.at(job, "spec", "template", "metadata")
@@ -480,8 +479,8 @@ class _ChildJobs:
                 kind=FindingKind.JOB_IDENTITY,
                 reason=(
                     f"Job {name} pod template label {RESTART_ATTEMPT_KEY} is "
-                    f"{_word(template_restart)}, not the Job's own {_word(restart)}: its pods "
-                    "would run with a J JobSet never counted"
+                    f"{shapes.word(template_restart)}, not the Job's own "
+                    f"{shapes.word(restart)}: its pods would run with a J JobSet never counted"
                 ),
             )
         self._note_restart(f"Job {name} is labelled restart attempt", restart, job)
@@ -512,14 +511,14 @@ class _ChildJobs:
         )
         if job is None:
             return
-        job_name = _word(shapes.mapping(job.get("metadata")).get("name"))
+        job_name = shapes.word(shapes.mapping(job.get("metadata")).get("name"))
         job_restart = shapes.labels_of(job).get(RESTART_ATTEMPT_KEY)
         if job_restart is not None and restart != job_restart:
             yield Finding(
                 kind=FindingKind.POD_IDENTITY,
                 reason=(
-                    f"pod {pod_name} runs with J = {_word(restart)} but its Job {job_name} "
-                    f"is restart attempt {_word(job_restart)}: the pod template was edited"
+                    f"pod {pod_name} runs with J = {shapes.word(restart)} but its Job {job_name} "
+                    f"is restart attempt {shapes.word(job_restart)}: the pod template was edited"
                 ),
             )
         template = shapes.at(job, "spec", "template", "metadata")
@@ -529,8 +528,8 @@ class _ChildJobs:
             yield Finding(
                 kind=FindingKind.POD_IDENTITY,
                 reason=(
-                    f"pod {pod_name} runs with A = {_word(pod_a)} but its Job {job_name} "
-                    f"was made with A = {_word(job_a)}: the pod was edited"
+                    f"pod {pod_name} runs with A = {shapes.word(pod_a)} but its Job {job_name} "
+                    f"was made with A = {shapes.word(job_a)}: the pod was edited"
                 ),
             )
 
@@ -581,8 +580,9 @@ def _check_foreign_patches(trainjob: Mapping[str, Any], name: str) -> Iterator[F
                 yield Finding(
                     kind=FindingKind.FOREIGN_PATCH,
                     reason=(
-                        f"TrainJob {name} {path} (manager {_word(patch.get('manager'))}) sets "
-                        f"{what}: only the {PATCH_MANAGER} entry may set an execution's identity"
+                        f"TrainJob {name} {path} (manager {shapes.word(patch.get('manager'))}) "
+                        f"sets {what}: only the {PATCH_MANAGER} entry may set an execution's "
+                        "identity"
                     ),
                 )
 
@@ -605,7 +605,7 @@ def _identity_settings(replicated_job: Mapping[str, Any]) -> Iterator[str]:
     pod_spec = shapes.at(replicated_job, "template", "spec", "template", "spec")
     for field in ("initContainers", "containers"):
         for container in shapes.mappings(pod_spec.get(field)):
-            container_name = _word(container.get("name"))
+            container_name = shapes.word(container.get("name"))
             for entry in shapes.mappings(container.get("env")):
                 env_name = entry.get("name")
                 if isinstance(env_name, str) and env_name.startswith(RESERVED_ENV_PREFIX):
@@ -627,7 +627,7 @@ def _trainer_jobs_of(
     else:
         return frozenset()
     return frozenset(
-        _word(job.get("name"))
+        shapes.word(job.get("name"))
         for job in shapes.mappings(shapes.mapping(spec).get("replicatedJobs"))
         if shapes.at(job, "template", "metadata", "labels").get(ANCESTOR_LABEL) == ANCESTOR_TRAINER
     )
@@ -636,26 +636,11 @@ def _trainer_jobs_of(
 def _check_child_job(job: Mapping[str, Any]) -> Iterator[Finding]:
     """The rules no annotation waives, applied to a trainer child Job as it is now."""
     meta = shapes.mapping(job.get("metadata"))
-    name = _word(meta.get("name"))
-    replicated = {"name": name, "template": {"metadata": meta, "spec": job.get("spec")}}
     if shapes.mapping(meta.get("labels")).get(ANCESTOR_LABEL) != ANCESTOR_TRAINER:
         return  # initializers and MPI workers: the rules check the trainer job's
-    for violation in _unwaivable_violations({"replicatedJobs": [replicated]}):
-        path = violation.path.replace(f"{runtime.JOBSET_SPEC}.replicatedJobs[0].template.", "")
-        yield Finding(
-            kind=FindingKind.JOBSET_SPEC, reason=f"Job {name} {path}: {violation.message}"
-        )
-
-
-def _unwaivable_violations(jobset_spec: Any) -> Iterator[runtime.Violation]:
-    """The runtime rules that no opt-in waives, for a JobSet spec as it is now."""
-    as_runtime = {
-        "metadata": {"annotations": {ALLOW_RANK_RESTART_ANNOTATION: "true"}},
-        "spec": {"template": {"spec": jobset_spec}},
-    }
-    for violation in runtime.decide_violations(as_runtime):
-        if violation.path != f"{runtime.JOBSET_SPEC}.replicatedJobs":
-            yield violation  # the trainer label lives in the runtime: the JobSet need not carry it
+    name = shapes.word(meta.get("name"))
+    for violation in runtime.decide_unwaivable_in_trainer_job(job):
+        yield Finding(kind=FindingKind.JOBSET_SPEC, reason=f"Job {name} {violation}")
 
 
 def _check_jobset_spec(jobset: Mapping[str, Any]) -> Iterator[Finding]:
@@ -663,13 +648,9 @@ def _check_jobset_spec(jobset: Mapping[str, Any]) -> Iterator[Finding]:
 
     The runtime may have been edited after start, or the JobSet by hand.
     """
-    name = _word(shapes.mapping(jobset.get("metadata")).get("name"))
-    for violation in _unwaivable_violations(jobset.get("spec")):
-        path = violation.path.replace(runtime.JOBSET_SPEC, "spec", 1)
-        yield Finding(
-            kind=FindingKind.JOBSET_SPEC,
-            reason=f"JobSet {name} {path}: {violation.message}",
-        )
+    name = shapes.word(shapes.mapping(jobset.get("metadata")).get("name"))
+    for violation in runtime.decide_unwaivable_in_jobset(jobset.get("spec"), path="spec"):
+        yield Finding(kind=FindingKind.JOBSET_SPEC, reason=f"JobSet {name} {violation}")
 
 
 def _check_runtime(
@@ -680,7 +661,7 @@ def _check_runtime(
     if not isinstance(recorded, str):
         return  # started before the record existed, or by hand
     ref = shapes.at(trainjob, "spec", "runtimeRef")
-    what = f"{_word(ref.get('kind'))} {_word(ref.get('name'))}"
+    what = f"{shapes.word(ref.get('kind'))} {shapes.word(ref.get('name'))}"
     now = runtime_seen(runtime_now) if runtime_now is not None else None
     if now == recorded:
         return
@@ -727,11 +708,11 @@ class _Executions:
             return  # the prologue refuses it (exit 125): no execution runs with it
         meta = shapes.mapping(pod.get("metadata"))
         slot = "/".join(
-            _word(labels.get(key))
+            shapes.word(labels.get(key))
             for key in (REPLICATED_JOB_NAME_KEY, JOB_INDEX_KEY, COMPLETION_INDEX_KEY)
         )
-        seen = Execution(r=admission + restart, slot=slot, pod=_word(meta.get("uid")))
-        name = _word(meta.get("name"))
+        seen = Execution(r=admission + restart, slot=slot, pod=shapes.word(meta.get("uid")))
+        name = shapes.word(meta.get("name"))
         recorded = self.recorded
         if recorded is not None and seen.r < recorded.r:
             self.repeated = True
@@ -901,10 +882,6 @@ def _is_live(pod: Mapping[str, Any]) -> bool:
     if shapes.mapping(pod.get("metadata")).get("deletionTimestamp"):
         return False
     return shapes.mapping(pod.get("status")).get("phase") not in _FINISHED_PHASES
-
-
-def _word(value: Any) -> str:
-    return value if isinstance(value, str) and value else repr(value)
 
 
 def job_as_audited(job: Mapping[str, Any]) -> dict[str, Any]:

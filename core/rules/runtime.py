@@ -58,7 +58,7 @@ _TORCHRUN_PROGRAM: Final = re.compile(r"\btorchrun\b|torch\.distributed\.(?:run|
 class Violation:
     """One setting that keeps a runtime from being dispatched, and what is required instead."""
 
-    path: str  # full field path from the runtime's root
+    path: str  # full field path from the root of what is checked (runtime, JobSet or Job)
     message: str  # what is required, and why
 
     def __str__(self) -> str:
@@ -81,11 +81,8 @@ def decide_violations(
     template = check.mapping(spec.get("template"), "spec.template")
     jobset = check.mapping(template.get("spec"), JOBSET_SPEC)
     _check_ml_policy(spec, check)
-    _check_jobset(jobset, check)
-    _check_failure_policy(jobset, check)
     replaced = ("command", "args") if request and request.get("args") else ("command",)
-    for path, job_template, is_trainer in _checked_jobs(spec, jobset, check):
-        _check_job(path, job_template, check, replaced=replaced if is_trainer else ())
+    _check_jobset_spec(jobset, JOBSET_SPEC, check, runtime_spec=spec, replaced=replaced)
     if request is not None:
         env = request.get("env") or {}
         words = {
@@ -97,13 +94,37 @@ def decide_violations(
     return tuple(check.violations)
 
 
+def decide_unwaivable_in_jobset(jobset_spec: Any, *, path: str) -> tuple[Violation, ...]:
+    """Return the violations no opt-in waives in a live JobSet's spec, which lies at `path`.
+
+    The runtime may have been edited after start, or the JobSet by hand. The trainer label lives
+    in the runtime, so a JobSet need not hold a labelled job: only the jobs it labels are checked.
+    """
+    check = _Check(allowed=frozenset(MECHANISMS))
+    jobset = check.mapping(jobset_spec, path)
+    _check_jobset_spec(jobset, path, check, runtime_spec=None, replaced=("command",))
+    return tuple(check.violations)
+
+
+def decide_unwaivable_in_trainer_job(job: Mapping[str, Any]) -> tuple[Violation, ...]:
+    """Return the violations no opt-in waives in a trainer child Job as it is now.
+
+    Paths are from the Job's root. Its trainer container's command is the prologue's, as in
+    every trainer job the runtime rules check.
+    """
+    check = _Check(allowed=frozenset(MECHANISMS))
+    _check_job("spec", job.get("spec"), check, replaced=("command",))
+    return tuple(check.violations)
+
+
 def build_refusal(runtime: Mapping[str, Any], violations: Sequence[Violation]) -> str:
     """Return the one-line refusal naming the runtime and each violation's field path."""
     metadata = runtime.get("metadata")
     metadata = metadata if isinstance(metadata, Mapping) else {}
-    name = f"{_word(runtime.get('kind'))}/{_word(metadata.get('name'))}"
+    kind, runtime_name = runtime.get("kind"), metadata.get("name")
+    name = f"{shapes.printable_word(kind)}/{shapes.printable_word(runtime_name)}"
     if metadata.get("namespace"):
-        name += f" in namespace {_word(metadata.get('namespace'))}"
+        name += f" in namespace {shapes.printable_word(metadata.get('namespace'))}"
     return f"{name} is not dispatch-ready: " + "; ".join(map(str, violations))
 
 
@@ -118,9 +139,9 @@ def trainer_job_name(runtime: Mapping[str, Any]) -> str | None:
 class _Check:
     """Collects violations while walking one runtime; a malformed shape is one, never a crash."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, allowed: frozenset[str] = frozenset()) -> None:
         self.violations: list[Violation] = []
-        self.allowed: frozenset[str] = frozenset()
+        self.allowed = allowed  # the mechanisms the runtime's owner allows
 
     def refuse(self, path: str, message: str) -> None:
         self.violations.append(Violation(path=path, message=message))
@@ -193,7 +214,7 @@ def _allowed_mechanisms(runtime: Mapping[str, Any], check: _Check) -> frozenset[
         allowed |= set(MECHANISMS)
     elif value is not None and value != "":
         # Refused, not read as false: the owner of a typo ("yes", "True") learns it did nothing.
-        check.refuse(_ALLOW_PATH, f'must be "true" or absent, not {_shown(value)}')
+        check.refuse(_ALLOW_PATH, f'must be "true" or absent, not {shapes.shown(value)}')
     listed = annotations.get(ALLOW_RESTARTS_ANNOTATION)
     if listed is None or listed == "":
         return frozenset(allowed)
@@ -203,7 +224,7 @@ def _allowed_mechanisms(runtime: Mapping[str, Any], check: _Check) -> frozenset[
         check.refuse(
             _ALLOW_LIST_PATH,
             f"must list mechanisms from {', '.join(MECHANISMS)} (comma-separated), not "
-            f"{_shown(listed)}",
+            f"{shapes.shown(listed)}",
         )
         return frozenset(allowed)
     return frozenset(allowed | set(names))
@@ -219,32 +240,67 @@ def _check_ml_policy(spec: Mapping[str, Any], check: _Check) -> None:
         )
 
 
-def _check_jobset(jobset: Mapping[str, Any], check: _Check) -> None:
+def _check_jobset_spec(
+    jobset: Mapping[str, Any],
+    path: str,
+    check: _Check,
+    *,
+    runtime_spec: Mapping[str, Any] | None,
+    replaced: tuple[str, ...],
+) -> None:
+    """Check a JobSet spec at `path`: a runtime's template (`runtime_spec`) or a live JobSet's.
+
+    `replaced` names what the start request replaces in the trainer container, so is not checked.
+    """
+    _check_jobset(jobset, path, check)
+    _check_failure_policy(jobset, path, check)
+    for template_path, job_template, is_trainer in _checked_jobs(runtime_spec, jobset, path, check):
+        _check_job(
+            f"{template_path}.spec",
+            job_template.get("spec"),
+            check,
+            replaced=replaced if is_trainer else (),
+        )
+
+
+def _check_jobset(jobset: Mapping[str, Any], path: str, check: _Check) -> None:
     ttl = jobset.get("ttlSecondsAfterFinished")
     if ttl is not None:
         check.refuse(
-            f"{JOBSET_SPEC}.ttlSecondsAfterFinished",
+            f"{path}.ttlSecondsAfterFinished",
             "must be unset: once the finished JobSet is deleted, Trainer v2.2.1 builds a new one "
             f"whose J starts at 0 again (kubeflow/trainer#3779), {_UNMOVED} upwards",
         )
     if jobset.get("managedBy") is not None:
         check.refuse(
-            f"{JOBSET_SPEC}.managedBy",
+            f"{path}.managedBy",
             "must be unset: the JobSet controller skips a JobSet another controller manages, "
             "and whether that one raises J on a restart is unknown",
         )
 
 
 def _checked_jobs(
-    spec: Mapping[str, Any], jobset: Mapping[str, Any], check: _Check
+    runtime_spec: Mapping[str, Any] | None,
+    jobset: Mapping[str, Any],
+    jobset_path: str,
+    check: _Check,
 ) -> list[tuple[str, Mapping[str, Any], bool]]:
-    """Return path, Job template and trainer-ness of the trainer job and MPI's `node` workers."""
-    ml_policy = check.mapping(spec.get("mlPolicy"), "spec.mlPolicy")
-    is_mpi = ml_policy.get("mpi") is not None
-    jobs_path = f"{JOBSET_SPEC}.replicatedJobs"
+    """Return path, Job template and trainer-ness of the trainer job and MPI's `node` workers.
+
+    Without `runtime_spec` (a live JobSet's spec) there is no mlPolicy to read, and neither a
+    labelled job nor a list of jobs is required: the trainer label lives in the runtime.
+    """
+    jobs = jobset.get("replicatedJobs")
+    is_mpi = False
+    if runtime_spec is not None:
+        ml_policy = check.mapping(runtime_spec.get("mlPolicy"), "spec.mlPolicy")
+        is_mpi = ml_policy.get("mpi") is not None
+    elif not isinstance(jobs, list):
+        return []
+    jobs_path = f"{jobset_path}.replicatedJobs"
     checked: list[tuple[str, Mapping[str, Any], bool]] = []
     trainer_found = False
-    for path, job in check.mappings(jobset.get("replicatedJobs"), jobs_path):
+    for path, job in check.mappings(jobs, jobs_path):
         template = check.mapping(job.get("template"), f"{path}.template")
         metadata = check.mapping(template.get("metadata"), f"{path}.template.metadata")
         labels = check.mapping(metadata.get("labels"), f"{path}.template.metadata.labels")
@@ -263,20 +319,19 @@ def _checked_jobs(
         # MPI ranks run in the sshd workers too, so they fail and restart like the launcher.
         if is_trainer or (is_mpi and job.get("name") == MPI_WORKER_JOB):
             checked.append((f"{path}.template", template, is_trainer))
-    if not trainer_found:
+    if runtime_spec is not None and not trainer_found:
         check.refuse(jobs_path, f"must hold the trainer job, labelled {ANCESTOR_LABEL}: trainer")
     return checked
 
 
 def _check_job(
-    path: str,
-    job_template: Mapping[str, Any],
+    job_path: str,
+    job_spec: Any,
     check: _Check,
     *,
     replaced: tuple[str, ...],
 ) -> None:
-    job_path = f"{path}.spec"
-    job = check.mapping(job_template.get("spec"), job_path)
+    job = check.mapping(job_spec, job_path)
     pod_template = check.mapping(job.get("template"), f"{job_path}.template")
     pod_path = f"{job_path}.template.spec"
     pod = check.mapping(pod_template.get("spec"), pod_path)
@@ -337,8 +392,8 @@ def _require_restart_policy_never(value: Any, path: str, check: _Check) -> None:
     elif value != "Never":
         check.refuse(
             path,
-            f"must be Never, not {_shown(value)}: the kubelet would restart a failed container "
-            f"in place, {_UNMOVED}",
+            f"must be Never, not {shapes.shown(value)}: the kubelet would restart a failed "
+            f"container in place, {_UNMOVED}",
         )
 
 
@@ -352,7 +407,7 @@ def _require_backoff_limit_zero(value: Any, path: str, check: _Check) -> None:
     elif not (type(value) is int and value == 0):  # `type`: YAML false is not 0
         check.refuse(
             path,
-            f"must be 0, not {_shown(value)}: the Job controller would replace a failed pod, "
+            f"must be 0, not {shapes.shown(value)}: the Job controller would replace a failed pod, "
             f"{_UNMOVED}",
         )
 
@@ -377,8 +432,8 @@ def _check_container(
         check.refuse_unless(
             restarts,
             f"{path}.restartPolicy",
-            f"must be unset or Never, not {_shown(policy)}: the kubelet restarts the container "
-            f"in place, {_UNMOVED}",
+            f"must be unset or Never, not {shapes.shown(policy)}: the kubelet restarts the "
+            f"container in place, {_UNMOVED}",
         )
     if container.get("restartPolicyRules"):
         check.refuse_unless(
@@ -429,7 +484,7 @@ def _check_command(path: str, container: Mapping[str, Any], check: _Check) -> No
             if isinstance(word, str):
                 words.append((word_path, word))
             else:
-                check.refuse(word_path, f"must be a string, not {_shown(word)}")
+                check.refuse(word_path, f"must be a string, not {shapes.shown(word)}")
     for index, (word_path, word) in enumerate(words):
         for match in _IN_PROCESS_RESTARTS.finditer(word):
             value = match.group(2)
@@ -440,14 +495,14 @@ def _check_command(path: str, container: Mapping[str, Any], check: _Check) -> No
                 check.refuse_unless(
                     TORCHRUN,
                     word_path,
-                    f"{flag} must be 0, not {_shown(value)}: torchrun restarts the ranks in "
+                    f"{flag} must be 0, not {shapes.shown(value)}: torchrun restarts the ranks in "
                     f"place, {_UNMOVED}",
                 )
                 break
 
 
-def _check_failure_policy(jobset: Mapping[str, Any], check: _Check) -> None:
-    path = f"{JOBSET_SPEC}.failurePolicy"
+def _check_failure_policy(jobset: Mapping[str, Any], jobset_path: str, check: _Check) -> None:
+    path = f"{jobset_path}.failurePolicy"
     policy = check.mapping(jobset.get("failurePolicy"), path)
     if policy.get("restartStrategy") == "InPlaceRestart":
         # Never waivable: the JobSet webhook requires backoffLimit at its maximum for it.
@@ -487,14 +542,4 @@ def _shape(value: Any) -> str:
         return "a list"
     if isinstance(value, str):
         return "a string"
-    return _shown(value)
-
-
-def _shown(value: Any) -> str:
-    """Return `value` quoted on one short line, for a message."""
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:37]}..."
-
-
-def _word(value: Any) -> str:
-    return value if isinstance(value, str) and value.isprintable() and value else _shown(value)
+    return shapes.shown(value)

@@ -2,6 +2,7 @@
 
 Controllers and people write these objects; a decision on a malformed one is a refusal or
 nothing to do, told in words, never a crash (docs/design.md §3: no traceback for any input).
+So is the word a value reads as in those words, whatever was written there.
 """
 
 from __future__ import annotations
@@ -44,3 +45,19 @@ def without_managed_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
     """`obj` less metadata.managedFields (often half of it; no decision reads it), to keep."""
     meta = {k: v for k, v in mapping(obj.get("metadata")).items() if k != "managedFields"}
     return {**obj, "metadata": meta}
+
+
+def word(value: Any) -> str:
+    """`value` if it is a non-empty string, else its repr (the audit's findings name it so)."""
+    return value if isinstance(value, str) and value else repr(value)
+
+
+def printable_word(value: Any) -> str:
+    """`value` if it is a printable non-empty string, else `shown(value)`: for one-line refusals."""
+    return value if isinstance(value, str) and value.isprintable() and value else shown(value)
+
+
+def shown(value: Any) -> str:
+    """Return `value` quoted on one short line, for a message."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."

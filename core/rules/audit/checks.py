@@ -1,0 +1,262 @@
+"""The audit's checks of one object as read (the TrainJob, its runtime, JobSet, Jobs, a pod).
+
+Each yields findings, or reads a value as the prologue would; none keeps anything between
+objects (the trackers do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+from dispatch_k8s.core.rules import runtime, shapes
+from dispatch_k8s.core.rules.audit.findings import Finding, FindingKind
+from dispatch_k8s.core.rules.identity import IdentityError, parse_counter
+from dispatch_k8s.core.rules.trainjob import runtime_seen
+from dispatch_k8s.core.rules.wire import (
+    ADMISSION_ANNOTATION,
+    ANCESTOR_LABEL,
+    ANCESTOR_TRAINER,
+    JOBSET_NAME_KEY,
+    JOBSET_UID_KEY,
+    PATCH_MANAGER,
+    RESERVED_ENV_PREFIX,
+    RESTART_ATTEMPT_KEY,
+    RUNTIME_SEEN_ANNOTATION,
+    TRAINER_CONTAINER,
+)
+
+_FINISHED_PHASES: Final = ("Succeeded", "Failed")  # compared with ==: any phase may come
+_PATCH_JOBS: Final = "trainingRuntimeSpec.template.spec.replicatedJobs"
+
+
+def differs(admission: str, patch_admission: Any) -> bool:
+    """A pod's (canonical) A is not the patch's single readable A."""
+    try:
+        return int(admission) != parse_counter(patch_admission, name="A")
+    except IdentityError:
+        return False  # no single readable patch A: the patch findings say why
+
+
+def counts_of(pod: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(A, J) as the prologue reads them from the pod; None when either is unreadable."""
+    try:
+        admission = parse_counter(shapes.annotations_of(pod).get(ADMISSION_ANNOTATION), name="A")
+        restart = parse_counter(shapes.labels_of(pod).get(RESTART_ATTEMPT_KEY), name="J")
+    except IdentityError:
+        return None  # the prologue refuses it (exit 125), or the A findings tell it
+    return admission, restart
+
+
+def counter_or_none(value: Any) -> int | None:
+    """A counter as the prologue reads it; None when it is unreadable (other findings tell)."""
+    try:
+        return parse_counter(value, name="counter")
+    except IdentityError:
+        return None
+
+
+def has_started(pod: Mapping[str, Any]) -> bool:
+    """The kubelet took the pod: its containers ran, or were about to."""
+    return bool(shapes.mapping(pod.get("status")).get("startTime"))
+
+
+def check_restarted_in_place(pod: Mapping[str, Any], pod_name: str) -> Iterator[Finding]:
+    """The kubelet restarted the trainer container: the execution reran under one identity."""
+    for status in shapes.mapping(pod.get("status")).get("containerStatuses") or []:
+        status = shapes.mapping(status)
+        count = status.get("restartCount")
+        if status.get("name") == TRAINER_CONTAINER and isinstance(count, int) and count > 0:
+            yield Finding(
+                kind=FindingKind.RESTARTED_IN_PLACE,
+                reason=(
+                    f"pod {pod_name} container {TRAINER_CONTAINER} was restarted in place "
+                    f"{count} time{'' if count == 1 else 's'}: each restart reran the execution "
+                    "with the same A and J"
+                ),
+            )
+
+
+def counted_restarts(jobset: Mapping[str, Any] | None) -> int | None:
+    """JobSet's count of restarts, J; None without a JobSet or a readable count."""
+    if jobset is None:
+        return None
+    value = shapes.mapping(jobset.get("status")).get("restarts", 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+# What an execution's identity is read from: no runtime-patch entry but ours may set it.
+_IDENTITY_ANNOTATIONS: Final = (ADMISSION_ANNOTATION, RESTART_ATTEMPT_KEY)
+_IDENTITY_LABELS: Final = (RESTART_ATTEMPT_KEY, JOBSET_UID_KEY, JOBSET_NAME_KEY)
+
+
+def check_foreign_patches(trainjob: Mapping[str, Any], name: str) -> Iterator[Finding]:
+    """Another manager's runtime-patch entry that sets what an execution's identity is read from.
+
+    Trainer merges every entry into the JobSet, so such an entry wins over ours on the pods.
+    """
+    patches = shapes.at(trainjob, "spec").get("runtimePatches")
+    for index, patch in enumerate(patches if isinstance(patches, list) else []):
+        patch = shapes.mapping(patch)
+        if patch.get("manager") == PATCH_MANAGER:
+            continue
+        jobs = shapes.at(patch, "trainingRuntimeSpec", "template", "spec").get("replicatedJobs")
+        for job_index, job in enumerate(shapes.mappings(jobs)):
+            path = f"spec.runtimePatches[{index}].{_PATCH_JOBS}[{job_index}]"
+            for what in _identity_settings(job):
+                yield Finding(
+                    kind=FindingKind.FOREIGN_PATCH,
+                    reason=(
+                        f"TrainJob {name} {path} (manager {shapes.word(patch.get('manager'))}) "
+                        f"sets {what}: only the {PATCH_MANAGER} entry may set an execution's "
+                        "identity"
+                    ),
+                )
+
+
+def _identity_settings(replicated_job: Mapping[str, Any]) -> Iterator[str]:
+    """What in one patched replicated job touches the identity, in words."""
+    for where, meta in (
+        ("template.metadata", shapes.at(replicated_job, "template", "metadata")),
+        (
+            "pod template metadata",
+            shapes.at(replicated_job, "template", "spec", "template", "metadata"),
+        ),
+    ):
+        for key in _IDENTITY_ANNOTATIONS:
+            if key in shapes.mapping(meta.get("annotations")):
+                yield f"{where} annotation {key}"
+        for key in _IDENTITY_LABELS:
+            if key in shapes.mapping(meta.get("labels")):
+                yield f"{where} label {key}"
+    pod_spec = shapes.at(replicated_job, "template", "spec", "template", "spec")
+    for field in ("initContainers", "containers"):
+        for container in shapes.mappings(pod_spec.get(field)):
+            container_name = shapes.word(container.get("name"))
+            for entry in shapes.mappings(container.get("env")):
+                env_name = entry.get("name")
+                if isinstance(env_name, str) and env_name.startswith(RESERVED_ENV_PREFIX):
+                    yield f"env {env_name} of container {container_name}"
+            if container.get("name") == TRAINER_CONTAINER:
+                for word in ("command", "args"):
+                    if word in container:
+                        yield f"the {word} of container {container_name}"
+
+
+def trainer_jobs_of(
+    jobset: Mapping[str, Any] | None, runtime_now: Mapping[str, Any] | None
+) -> frozenset[str]:
+    """The trainer-labelled replicated jobs, from the JobSet (else the runtime, if read now)."""
+    if jobset is not None:
+        spec: Any = jobset.get("spec")
+    elif runtime_now is not None:
+        spec = shapes.at(runtime_now, "spec", "template").get("spec")
+    else:
+        return frozenset()
+    return frozenset(
+        shapes.word(job.get("name"))
+        for job in shapes.mappings(shapes.mapping(spec).get("replicatedJobs"))
+        if shapes.at(job, "template", "metadata", "labels").get(ANCESTOR_LABEL) == ANCESTOR_TRAINER
+    )
+
+
+def check_child_job(job: Mapping[str, Any]) -> Iterator[Finding]:
+    """The rules no annotation waives, applied to a trainer child Job as it is now."""
+    meta = shapes.mapping(job.get("metadata"))
+    if shapes.mapping(meta.get("labels")).get(ANCESTOR_LABEL) != ANCESTOR_TRAINER:
+        return  # initializers and MPI workers: the rules check the trainer job's
+    name = shapes.word(meta.get("name"))
+    for violation in runtime.decide_unwaivable_in_trainer_job(job):
+        yield Finding(kind=FindingKind.JOBSET_SPEC, reason=f"Job {name} {violation}")
+
+
+def check_jobset_spec(jobset: Mapping[str, Any]) -> Iterator[Finding]:
+    """The runtime rules no annotation waives, applied to the live JobSet.
+
+    The runtime may have been edited after start, or the JobSet by hand.
+    """
+    name = shapes.word(shapes.mapping(jobset.get("metadata")).get("name"))
+    for violation in runtime.decide_unwaivable_in_jobset(jobset.get("spec"), path="spec"):
+        yield Finding(kind=FindingKind.JOBSET_SPEC, reason=f"JobSet {name} {violation}")
+
+
+def check_runtime(
+    trainjob: Mapping[str, Any], runtime_now: Mapping[str, Any] | None
+) -> Iterator[Finding]:
+    """The runtime start checked, compared with the one there now."""
+    recorded = shapes.annotations_of(trainjob).get(RUNTIME_SEEN_ANNOTATION)
+    if not isinstance(recorded, str):
+        return  # started before the record existed, or by hand
+    ref = shapes.at(trainjob, "spec", "runtimeRef")
+    what = f"{shapes.word(ref.get('kind'))} {shapes.word(ref.get('name'))}"
+    now = runtime_seen(runtime_now) if runtime_now is not None else None
+    if now == recorded:
+        return
+    told = "is gone" if runtime_now is None else f"is now {now}"
+    yield Finding(
+        kind=FindingKind.RUNTIME_CHANGED,
+        reason=(
+            f"{what} changed since start checked it (UID and generation {recorded}, {told}): "
+            "its restart settings may no longer pass the runtime rules; check them, and the "
+            "JobSet Trainer builds from it"
+        ),
+    )
+
+
+def patched_jobs(
+    trainjob: Mapping[str, Any], name: str, findings: list[Finding]
+) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Yield (path, replicated job) of this project's runtime patch; a missing one is a finding."""
+    patches = shapes.at(trainjob, "spec").get("runtimePatches")
+    found = False
+    for index, patch in enumerate(patches if isinstance(patches, list) else []):
+        if not isinstance(patch, Mapping) or patch.get("manager") != PATCH_MANAGER:
+            continue
+        found = True
+        path = f"spec.runtimePatches[{index}].{_PATCH_JOBS}"
+        jobset_spec = shapes.at(patch, "trainingRuntimeSpec", "template", "spec")
+        replicated_jobs = jobset_spec.get("replicatedJobs")
+        if not isinstance(replicated_jobs, list) or not replicated_jobs:
+            reason = f"TrainJob {name} {path} is empty: the patch sets A on no pod"
+            findings.append(Finding(kind=FindingKind.RUNTIME_PATCH, reason=reason))
+            continue
+        for job_index, replicated_job in enumerate(replicated_jobs):
+            yield f"{path}[{job_index}]", shapes.mapping(replicated_job)
+    if not found:
+        reason = (
+            f"TrainJob {name} spec.runtimePatches has no entry of manager {PATCH_MANAGER}: "
+            "A is set on no pod"
+        )
+        findings.append(Finding(kind=FindingKind.RUNTIME_PATCH, reason=reason))
+
+
+def check_admission(
+    value: Any, *, name: str, floor: int | None, kind: FindingKind
+) -> Iterator[Finding]:
+    """Yield the finding for one A: missing, garbage, or below the floor (a lowered A)."""
+    admission = read_counter(value, name=name, kind=kind)
+    if isinstance(admission, Finding):
+        yield admission
+    elif floor is not None and admission < floor:
+        reason = f"{name} is {admission}, below the admission floor {floor}: A may have been reset"
+        yield Finding(kind=kind, reason=reason)
+
+
+def read_counter(value: Any, *, name: str, kind: FindingKind) -> int | Finding:
+    """Read a counter as the prologue would; anything but a canonical decimal is a finding."""
+    try:
+        if value == "":
+            raise IdentityError(f"{name} is empty")  # present, so "missing" would mislead
+        if value is not None and not isinstance(value, str):
+            # Annotations are strings on the wire; anything else was written around the API.
+            raise IdentityError(f"{name} {value!r} is not a string")
+        return parse_counter(value, name=name)
+    except IdentityError as e:
+        return Finding(kind=kind, reason=str(e))
+
+
+def is_live(pod: Mapping[str, Any]) -> bool:
+    """A pod that is neither terminating nor finished: its execution may still be running."""
+    if shapes.mapping(pod.get("metadata")).get("deletionTimestamp"):
+        return False
+    return shapes.mapping(pod.get("status")).get("phase") not in _FINISHED_PHASES

@@ -14,10 +14,8 @@ from loguru import logger
 
 from dispatch_k8s.core.rules.errors import BadInput, DispatchError
 from dispatch_k8s.core.shell.gateway import Gateway, kinds
-from dispatch_k8s.core.shell.gateway.client import DryRun
+from dispatch_k8s.core.shell.literals import DryRun, LogLevel, OutputFormat
 from dispatch_k8s.core.shell.settings import (
-    LogLevel,
-    OutputFormat,
     StepSettings,
     TrainJobSettings,
     WritingSettings,

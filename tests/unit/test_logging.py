@@ -19,7 +19,8 @@ from loguru import logger
 from dispatch_k8s.controller.settings import ControllerSettings
 from dispatch_k8s.core.rules.errors import BadInput
 from dispatch_k8s.core.shell import output
-from dispatch_k8s.core.shell.settings import LogLevel, StepSettings, load_settings
+from dispatch_k8s.core.shell.literals import LogLevel
+from dispatch_k8s.core.shell.settings import StepSettings, load_settings
 from tests.support.lifecycle import BIN
 
 TERMINAL_LINE: Final = re.compile(r"\d\d:\d\d:\d\d (DEBUG  |INFO   |WARNING|ERROR  ) \S.*")

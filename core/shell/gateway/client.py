@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from dispatch_k8s.core.rules import events, shapes
 from dispatch_k8s.core.rules.errors import (
@@ -39,6 +39,7 @@ from dispatch_k8s.core.shell.gateway.bodies import as_object, iter_list_items, w
 from dispatch_k8s.core.shell.gateway.kinds import Kind
 from dispatch_k8s.core.shell.gateway.kubeconfig import load as load_configuration
 from dispatch_k8s.core.shell.gateway.ratelimit import TokenBucket
+from dispatch_k8s.core.shell.literals import DryRun
 
 if TYPE_CHECKING:  # imported where first used: a step that never connects never pays for them
     from kubernetes.client import ApiClient
@@ -56,9 +57,6 @@ Query = Iterable[tuple[str, str | int | bool]]
 Timeout = float | tuple[float, float]
 # Told of each request once answered (or failed): its verb, resource and seconds.
 Timed = Callable[[str, str, float], None]
-# What a write does, as kubectl's --dry-run: sent; kept back (client); sent with dryRun=All,
-# so admission (policies, webhooks) answers it and nothing is persisted (server).
-DryRun = Literal["none", "client", "server"]
 
 
 @dataclass(frozen=True, slots=True)

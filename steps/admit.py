@@ -113,7 +113,7 @@ def run(settings: AdmitSettings) -> output.Result:
     if settings.wait and isinstance(decision, trainjob.Draining):
         # A new reservation can come before the last execution's Jobs have drained.
         logger.info(decision.reason)
-        jobset = gateway.poll(
+        jobset = watching.poll(
             lambda: gateway.read_jobset(settings.namespace, settings.name),
             lambda read: trainjob.active_replicated_job(read) is None,
             timeout=max(0.0, settings.timeout - (time.monotonic() - began)),

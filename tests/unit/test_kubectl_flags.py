@@ -21,8 +21,9 @@ import yaml
 from dispatch_k8s.controller.settings import ControllerSettings
 from dispatch_k8s.core.rules.errors import BadInput, OutOfTime
 from dispatch_k8s.core.shell import output
-from dispatch_k8s.core.shell.gateway import client, kinds
-from dispatch_k8s.core.shell.gateway.client import REQUEST_TIMEOUT, Deadline, Gateway
+from dispatch_k8s.core.shell.gateway import kinds, transport
+from dispatch_k8s.core.shell.gateway.client import Gateway
+from dispatch_k8s.core.shell.gateway.transport import REQUEST_TIMEOUT, Deadline
 from dispatch_k8s.core.shell.settings import StepSettings, TrainJobSettings, load_settings
 from dispatch_k8s.steps import approve, audit
 from dispatch_k8s.steps.approve import ApproveSettings
@@ -299,7 +300,7 @@ def test_a_write_cut_short_by_the_deadline_is_not_sent_again_and_names_the_flag(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clock = Clock()
-    monkeypatch.setattr(client, "time", clock)
+    monkeypatch.setattr(transport, "time", clock)
     timed_out = urllib3.exceptions.ReadTimeoutError(cast(Any, None), "/", "timed out")
     late = Late(answer=timed_out, clock=clock)
     job = {"metadata": {"namespace": "a", "name": "job"}}
@@ -337,7 +338,7 @@ class StalledWatch:
 
 def test_a_watch_cut_by_the_deadline_names_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = Clock()
-    monkeypatch.setattr(client, "time", clock)
+    monkeypatch.setattr(transport, "time", clock)
     api = StalledWatch(clock)
     watching = Gateway(cast(Any, api), deadline=Deadline(3.0, start=clock.now))
     with pytest.raises(OutOfTime, match="passed during watch /apis/kueue"):

@@ -1,4 +1,4 @@
-"""The imperative shell every step shares: settings in, logs on stderr, one result out."""
+"""The step runner: a console script's settings in, logs on stderr, results out, its exit code."""
 
 from __future__ import annotations
 

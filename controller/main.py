@@ -35,7 +35,7 @@ from dispatch_k8s.controller.settings import ControllerSettings
 from dispatch_k8s.controller.threads import Supervisor
 from dispatch_k8s.core.rules import gate, wire, workload
 from dispatch_k8s.core.rules.errors import BadInput, DispatchError, Fenced
-from dispatch_k8s.core.shell import clock, output
+from dispatch_k8s.core.shell import clock, runner
 from dispatch_k8s.core.shell.gateway import Gateway, kinds
 from dispatch_k8s.core.shell.gateway.kinds import Kind
 from dispatch_k8s.core.shell.gateway.ratelimit import TokenBucket
@@ -303,14 +303,14 @@ def run(settings: ControllerSettings) -> int:
 
 def main() -> None:
     """The console script: settings from flags and DISPATCH_* env, exit codes as the steps'."""
-    output.guarded(PROG.removeprefix("dispatch-"), _configured_run)
+    runner.guarded(PROG.removeprefix("dispatch-"), _configured_run)
 
 
 def _configured_run() -> int:
     settings = load_settings(
         ControllerSettings, prog=PROG, argv=sys.argv[1:], about=ABOUT, example=EXAMPLE
     )
-    output.configure_logging(PROG.removeprefix("dispatch-"), level=settings.log_level)
+    runner.configure_logging(PROG.removeprefix("dispatch-"), level=settings.log_level)
     return run(settings)
 
 

@@ -10,7 +10,7 @@ from loguru import logger
 
 from dispatch_k8s.core.rules import decisions, events, trainjob, wire, workload
 from dispatch_k8s.core.rules.errors import PreconditionFailed, Refused, Transient
-from dispatch_k8s.core.shell import output
+from dispatch_k8s.core.shell import runner
 from dispatch_k8s.core.shell.gateway import kinds, watching
 from dispatch_k8s.core.shell.settings import CHECK_DOC, TrainJobSettings, doc
 
@@ -62,17 +62,17 @@ def _same_owner(found: workload.Reservation, job: Mapping[str, Any]) -> None:
         raise PreconditionFailed(f"{replaced.reason}: run admit again")
 
 
-def _finished(reason: str) -> output.Result:
+def _finished(reason: str) -> runner.Result:
     # Nothing raised: a loop of gates reads `finished` and ends (docs/kueue.md: The steps in
     # Kueue mode).
     logger.bind(reason=reason).info("nothing more to gate")
     return {"finished": True}
 
 
-def run(settings: AdmitSettings) -> output.Result:
+def run(settings: AdmitSettings) -> runner.Result:
     """Find the reservation, read the TrainJob and JobSet, raise A once, report."""
     began = time.monotonic()
-    gateway = output.connect(settings)
+    gateway = runner.connect(settings)
     job = gateway.read_trainjob(settings.namespace, settings.name)
     for refusal in (trainjob.foreign_flag(job), trainjob.multikueue_refusal(job)):
         if refusal is not None:  # before any wait: no reservation of it is acted on
@@ -113,7 +113,7 @@ def run(settings: AdmitSettings) -> output.Result:
     if settings.wait and isinstance(decision, trainjob.Draining):
         # A new reservation can come before the last execution's Jobs have drained.
         logger.info(decision.reason)
-        jobset = gateway.poll(
+        jobset = watching.poll(
             lambda: gateway.read_jobset(settings.namespace, settings.name),
             lambda read: trainjob.active_replicated_job(read) is None,
             timeout=max(0.0, settings.timeout - (time.monotonic() - began)),
@@ -141,7 +141,7 @@ def run(settings: AdmitSettings) -> output.Result:
         "workloadResourceVersion": found.resource_version,
         "reservedAt": found.reserved_at,
         "finished": False,
-        **output.unsent(gateway),
+        **runner.unsent(gateway),
     }
 
 
@@ -154,6 +154,6 @@ dispatch-admit --namespace team-a --name train-42-3f9c1a2b --wait --timeout 3600
     --outputs-dir /tmp/out
 """
 
-main = output.entrypoint(
-    run, AdmitSettings, step="admit", about=ABOUT, example=EXAMPLE, acted_on=output.the_trainjob
+main = runner.entrypoint(
+    run, AdmitSettings, step="admit", about=ABOUT, example=EXAMPLE, acted_on=runner.the_trainjob
 )

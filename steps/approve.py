@@ -8,7 +8,7 @@ from loguru import logger
 
 from dispatch_k8s.core.rules import decisions, trainjob, workload
 from dispatch_k8s.core.rules.errors import PreconditionFailed, Refused
-from dispatch_k8s.core.shell import clock, output
+from dispatch_k8s.core.shell import clock, runner
 from dispatch_k8s.core.shell.gateway import kinds
 from dispatch_k8s.core.shell.gateway.kubeconfig import DEFAULT_NAMESPACE
 from dispatch_k8s.core.shell.settings import (
@@ -56,9 +56,9 @@ class ApproveSettings(NamespacedSettings, WritingSettings):
     check: Annotated[str, CHECK_DOC] = "dispatch-admission"
 
 
-def run(settings: ApproveSettings) -> output.Result:
+def run(settings: ApproveSettings) -> runner.Result:
     """Read the Workload and its TrainJob, check A was raised for it, approve once, report."""
-    gateway = output.connect(settings)
+    gateway = runner.connect(settings)
     current = gateway.read_workload(settings.namespace, settings.workload)
     version = current["metadata"]["resourceVersion"]
     if version != settings.workload_resource_version:
@@ -87,7 +87,7 @@ def run(settings: ApproveSettings) -> output.Result:
     return {
         "workload": settings.workload,
         "resourceVersion": written["metadata"]["resourceVersion"],
-        **output.unsent(gateway),
+        **runner.unsent(gateway),
     }
 
 
@@ -102,11 +102,11 @@ dispatch-approve --namespace team-a --workload "$(cat /tmp/out/workload)" \\
 """
 
 
-def acted_on(settings: ApproveSettings, _: output.Result) -> str:
+def acted_on(settings: ApproveSettings, _: runner.Result) -> str:
     """`-o name`: the Workload approved."""
     return kinds.WORKLOAD.kubectl_name(settings.workload)
 
 
-main = output.entrypoint(
+main = runner.entrypoint(
     run, ApproveSettings, step="approve", about=ABOUT, example=EXAMPLE, acted_on=acted_on
 )

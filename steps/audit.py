@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.rules.errors import DispatchError, Foreign
-from dispatch_k8s.core.shell import output
+from dispatch_k8s.core.shell import runner
 from dispatch_k8s.core.shell.auditing import AuditOutcome, audit_namespace, audit_trainjob
 from dispatch_k8s.core.shell.gateway import kinds
 from dispatch_k8s.core.shell.settings import TargetSettings, WritingSettings
@@ -14,21 +14,21 @@ class AuditSettings(TargetSettings, WritingSettings):
     """`dispatch-audit`: audit one TrainJob or a namespace's, each with at most one update."""
 
 
-def run(settings: AuditSettings) -> output.Result | output.Report:
+def run(settings: AuditSettings) -> runner.Result | runner.Report:
     """Audit one TrainJob or a namespace's; at most one annotation update per TrainJob."""
-    gateway = output.connect(settings)
+    gateway = runner.connect(settings)
     if settings.name is not None:
         outcome = audit_trainjob(gateway, settings.namespace, settings.name, step="audit")
         if outcome.findings:
             raise Foreign(f"flagged foreign: {outcome.cause}")
-        return {**_line(outcome), **output.unsent(gateway)}
+        return {**_line(outcome), **runner.unsent(gateway)}
     selector = settings.selector or f"{wire.MANAGED_BY_LABEL}={wire.MANAGED_BY}"
-    lines: list[output.Result] = []
+    lines: list[runner.Result] = []
     flagged: list[str] = []
     failed: list[DispatchError] = []
     for audited in audit_namespace(gateway, settings.namespace, selector=selector, step="audit"):
         if isinstance(audited, AuditOutcome):
-            lines.append({"name": audited.name, **_line(audited), **output.unsent(gateway)})
+            lines.append({"name": audited.name, **_line(audited), **runner.unsent(gateway)})
             if audited.findings:
                 flagged.append(audited.name)
         else:
@@ -39,10 +39,10 @@ def run(settings: AuditSettings) -> output.Result | output.Report:
     error: DispatchError | None = failed[0] if failed else None
     if flagged:  # a person's decision outranks a rerun: 7 wins over a 3 of another job
         error = Foreign(f"flagged foreign: {len(flagged)} of {len(lines)}: {', '.join(flagged)}")
-    return output.Report(lines=lines, summary=summary, error=error)
+    return runner.Report(lines=lines, summary=summary, error=error)
 
 
-def _line(outcome: AuditOutcome) -> output.Result:
+def _line(outcome: AuditOutcome) -> runner.Result:
     return {
         "findings": len(outcome.findings),
         "resourceVersion": outcome.resource_version,
@@ -60,11 +60,11 @@ dispatch-audit --namespace team-a --all
 """
 
 
-def acted_on(settings: AuditSettings, line: output.Result) -> str:
+def acted_on(settings: AuditSettings, line: runner.Result) -> str:
     """`-o name`: the TrainJob a line is about (--all's lines name theirs, --name's the flag)."""
     return kinds.TRAINJOB.kubectl_name(str(line.get("name", settings.name)))
 
 
-main = output.entrypoint(
+main = runner.entrypoint(
     run, AuditSettings, step="audit", about=ABOUT, example=EXAMPLE, acted_on=acted_on
 )

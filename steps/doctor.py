@@ -20,7 +20,7 @@ import yaml
 from dispatch_k8s.core.rules import doctor, wire
 from dispatch_k8s.core.rules.doctor import Check
 from dispatch_k8s.core.rules.errors import DispatchError, Refused
-from dispatch_k8s.core.shell import output
+from dispatch_k8s.core.shell import runner
 from dispatch_k8s.core.shell.gateway import Gateway, kinds
 from dispatch_k8s.core.shell.gateway.api_errors import is_admission_denial
 from dispatch_k8s.core.shell.settings import ClusterSettings, doc, load_settings
@@ -258,9 +258,9 @@ def main() -> None:
         settings = load_settings(
             DoctorSettings, prog=f"dispatch-{STEP}", argv=sys.argv[1:], about=ABOUT, example=EXAMPLE
         )
-        output.configure_logging(STEP, level=settings.log_level)
+        runner.configure_logging(STEP, level=settings.log_level)
         checks = run(settings)
         sys.stdout.write(render(checks, settings.output))
         return doctor.exit_status(checks)
 
-    output.guarded(STEP, body)
+    runner.guarded(STEP, body)

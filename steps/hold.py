@@ -6,13 +6,13 @@ from loguru import logger
 
 from dispatch_k8s.core.rules import decisions, trainjob
 from dispatch_k8s.core.rules.errors import Refused
-from dispatch_k8s.core.shell import output
+from dispatch_k8s.core.shell import runner
 from dispatch_k8s.core.shell.settings import TrainJobSettings
 
 
-def run(settings: TrainJobSettings) -> output.Result:
+def run(settings: TrainJobSettings) -> runner.Result:
     """Read the TrainJob and its JobSet, write once (or not at all if already held), report."""
-    gateway = output.connect(settings)
+    gateway = runner.connect(settings)
     job = gateway.read_trainjob(settings.namespace, settings.name)
     if trainjob.is_kueue_managed(job):
         raise Refused(
@@ -30,7 +30,7 @@ def run(settings: TrainJobSettings) -> output.Result:
         "held": True,
         "changed": True,
         "resourceVersion": written["metadata"]["resourceVersion"],
-        **output.unsent(gateway),
+        **runner.unsent(gateway),
     }
 
 
@@ -42,6 +42,6 @@ EXAMPLE = """\
 dispatch-hold --kubeconfig ~/.kube/config --namespace team-a --name train-42-3f9c1a2b
 """
 
-main = output.entrypoint(
-    run, TrainJobSettings, step="hold", about=ABOUT, example=EXAMPLE, acted_on=output.the_trainjob
+main = runner.entrypoint(
+    run, TrainJobSettings, step="hold", about=ABOUT, example=EXAMPLE, acted_on=runner.the_trainjob
 )

@@ -10,7 +10,7 @@ from loguru import logger
 from dispatch_k8s.core.rules import decisions, ledger, runtime, trainjob, wire
 from dispatch_k8s.core.rules.errors import BadInput, PreconditionFailed, Refused
 from dispatch_k8s.core.rules.request import StartRequest
-from dispatch_k8s.core.shell import output
+from dispatch_k8s.core.shell import runner
 from dispatch_k8s.core.shell.gateway import Gateway, kinds
 from dispatch_k8s.core.shell.settings import read_document
 from dispatch_k8s.steps.start_settings import StartSettings
@@ -121,10 +121,10 @@ def _create(gateway: Gateway, wanted: Mapping[str, Any]) -> tuple[Mapping[str, A
     )
 
 
-def run(settings: StartSettings) -> output.Result:
+def run(settings: StartSettings) -> runner.Result:
     """Read the runtime, decide, claim the identity, create the TrainJob once, report.
 
-    With --dry-run=server each create is sent with dryRun=All (output.connect): the creates
+    With --dry-run=server each create is sent with dryRun=All (runner.connect): the creates
     that follow are decided on the objects the dry runs answered, as they would be on those
     created, so every one of them is put to admission and none is persisted.
     """
@@ -133,7 +133,7 @@ def run(settings: StartSettings) -> output.Result:
         _check_queued(request, runtime_object)
         return trainjob.build_trainjob(request, trainer_job=_trainer_job(request, runtime_object))
     request = settings.start_request()
-    gateway = output.connect(settings)
+    gateway = runner.connect(settings)
     runtime_object = gateway.read_runtime(
         request.runtime_kind, request.runtime_name, request.namespace
     )
@@ -166,12 +166,12 @@ dispatch-start --namespace team-a --runtime-name dispatch-torch-distributed --jo
 """
 
 
-def acted_on(settings: StartSettings, result: output.Result) -> str:
+def acted_on(settings: StartSettings, result: runner.Result) -> str:
     """`-o name`: the TrainJob made or found (a client dry run's result is the TrainJob)."""
     name = result["metadata"]["name"] if settings.dry_run == "client" else result["name"]
     return kinds.TRAINJOB.kubectl_name(name)
 
 
-main = output.entrypoint(
+main = runner.entrypoint(
     run, StartSettings, step="start", about=ABOUT, example=EXAMPLE, acted_on=acted_on
 )

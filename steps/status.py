@@ -12,7 +12,7 @@ import yaml
 
 from dispatch_k8s.core.rules import gate, status, trainjob, wire
 from dispatch_k8s.core.rules.errors import NotFound
-from dispatch_k8s.core.shell import output
+from dispatch_k8s.core.shell import runner
 from dispatch_k8s.core.shell.gateway import Gateway, kinds, watching
 from dispatch_k8s.core.shell.settings import CHECK_DOC, TargetSettings, doc, load_settings
 
@@ -58,7 +58,7 @@ WATCH_SECONDS: Final = 300.0
 
 def run(settings: StatusSettings) -> None:
     """Read each job and its JobSet and Workloads, print its record; with --watch, follow."""
-    gateway = output.connect(settings)  # --request-timeout bounds a --watch too
+    gateway = runner.connect(settings)  # --request-timeout bounds a --watch too
     namespace, name = settings.namespace, settings.name
     if settings.watch:
         events = watching.list_then_watch(
@@ -150,9 +150,9 @@ class _Printer:
         rows = [status.row(record) for record in records]
         self.widths = status.widths(rows)
         if settings.outputs_dir is not None:
-            output.prepare_outputs_dir(settings.outputs_dir)
+            runner.prepare_outputs_dir(settings.outputs_dir)
             summary = records[0] if settings.name is not None else {"items": records}
-            output.write_outputs(summary, settings.outputs_dir)
+            runner.write_outputs(summary, settings.outputs_dir)
         if self.form == "table" and (records or settings.watch):
             self._write(status.line(status.HEADERS, self.widths))
         elif self.form == "table":  # as kubectl says it: on stderr, no header
@@ -193,8 +193,8 @@ def main() -> None:
         settings = load_settings(
             StatusSettings, prog=f"dispatch-{STEP}", argv=sys.argv[1:], about=ABOUT, example=EXAMPLE
         )
-        output.configure_logging(STEP, level=settings.log_level)
+        runner.configure_logging(STEP, level=settings.log_level)
         run(settings)
         return 0
 
-    output.guarded(STEP, body)
+    runner.guarded(STEP, body)

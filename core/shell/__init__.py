@@ -1,5 +1,5 @@
 """The imperative shell the steps and the controller share.
 
-The gateway (the one package that imports `kubernetes`), settings, output, the clock, and the
-audit's reads and its one write.
+The step runner, settings, the audit's reads and its one write, the gateway (the one package
+that imports `kubernetes`), the clock, and the words a setting can take that they share.
 """

@@ -18,7 +18,7 @@ from kubernetes import client
 
 from dispatch_k8s.core.rules import trainjob, wire
 from dispatch_k8s.core.shell.gateway.api_errors import ATTEMPTS
-from dispatch_k8s.core.shell.gateway.client import REQUEST_TIMEOUT
+from dispatch_k8s.core.shell.gateway.transport import REQUEST_TIMEOUT
 from tests.cluster import kube
 from tests.cluster.harness import ControlPlane
 from tests.cluster.wait import wait_until

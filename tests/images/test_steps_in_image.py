@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
-from dispatch_k8s.core.shell import output
+from dispatch_k8s.core.shell import runner
 from tests.cluster import engine
 from tests.images.containers import ContainerRun, Mount, run_container
 from tests.support import cli
@@ -67,7 +67,7 @@ def assert_reported(run: ContainerRun, files: dict[str, str]) -> dict[str, Any]:
     assert run.code == 0, run.stderr
     assert run.stdout.count("\n") == 1, f"stdout must hold the result alone: {run.stdout!r}"
     result = run.result
-    assert files == {key: output.field_text(value) for key, value in result.items()}
+    assert files == {key: runner.field_text(value) for key, value in result.items()}
     assert all(not text.endswith("\n") for text in files.values())
     return result
 

@@ -23,7 +23,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import wire
-from dispatch_k8s.core.shell import output
+from dispatch_k8s.core.shell import runner
 from tests.cluster.wait import wait_until
 from tests.pipelines.queues import Queues
 from tests.support import render
@@ -76,7 +76,7 @@ def declared_outputs(script: str, *, namespace_wide: bool = False) -> dict[str, 
 def assert_done(run: StepRun, step: str) -> dict[str, Any]:
     """Exit 0, and the result files are exactly the outputs both engines declare."""
     assert run.code == 0, run.error
-    assert run.files == {k: output.field_text(v) for k, v in run.result.items()}
+    assert run.files == {k: runner.field_text(v) for k, v in run.result.items()}
     for engine, declared in declared_outputs(f"dispatch-{step}").items():
         assert set(run.files) == declared, f"{engine} declares {declared} for {step}"
     return run.result

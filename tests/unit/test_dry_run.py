@@ -23,7 +23,7 @@ import yaml
 from dispatch_k8s.core.rules import wire, workload
 from dispatch_k8s.core.rules.errors import BadInput
 from dispatch_k8s.core.rules.workload import reservation_record
-from dispatch_k8s.core.shell.gateway import Gateway, client, kinds
+from dispatch_k8s.core.shell.gateway import Gateway, kinds, transport
 from dispatch_k8s.core.shell.settings import TrainJobSettings, WritingSettings, load_settings
 from dispatch_k8s.steps import approve, audit, hold, start, unsuspend
 from dispatch_k8s.steps.admit import AdmitSettings
@@ -110,7 +110,7 @@ def connect_to(monkeypatch: pytest.MonkeyPatch) -> Callable[[Cluster], None]:
 
     def to(cluster: Cluster) -> None:
         monkeypatch.setattr(
-            client, "load_configuration", lambda **_: types.SimpleNamespace(retries=None)
+            transport, "load_configuration", lambda **_: types.SimpleNamespace(retries=None)
         )
         monkeypatch.setattr("kubernetes.client.ApiClient", lambda _: cluster)
 

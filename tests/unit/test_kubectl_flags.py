@@ -20,9 +20,10 @@ import yaml
 
 from dispatch_k8s.controller.settings import ControllerSettings
 from dispatch_k8s.core.rules.errors import BadInput, OutOfTime
-from dispatch_k8s.core.shell import output
-from dispatch_k8s.core.shell.gateway import client, kinds
-from dispatch_k8s.core.shell.gateway.client import REQUEST_TIMEOUT, Deadline, Gateway
+from dispatch_k8s.core.shell import runner
+from dispatch_k8s.core.shell.gateway import kinds, transport
+from dispatch_k8s.core.shell.gateway.client import Gateway
+from dispatch_k8s.core.shell.gateway.transport import REQUEST_TIMEOUT, Deadline
 from dispatch_k8s.core.shell.settings import StepSettings, TrainJobSettings, load_settings
 from dispatch_k8s.steps import approve, audit
 from dispatch_k8s.steps.approve import ApproveSettings
@@ -91,12 +92,12 @@ LINES: Final = [
 
 
 def test_json_is_one_line_per_result_its_keys_sorted() -> None:
-    shown = output.render(LINES, "json", lambda _: "unused")
+    shown = runner.render(LINES, "json", lambda _: "unused")
     assert shown.splitlines() == [json.dumps(line, sort_keys=True) for line in LINES]
 
 
 def test_yaml_is_the_same_results_in_block_style_keys_in_json_s_order() -> None:
-    shown = output.render(LINES, "yaml", lambda _: "unused")
+    shown = runner.render(LINES, "yaml", lambda _: "unused")
     assert list(yaml.safe_load_all(shown)) == LINES
     documents = shown.split("---\n")
     assert len(documents) == len(LINES)
@@ -108,13 +109,13 @@ def test_yaml_is_the_same_results_in_block_style_keys_in_json_s_order() -> None:
 
 
 def test_name_is_one_line_per_result_as_the_step_names_it() -> None:
-    shown = output.render(LINES, "name", lambda line: f"kind/{line['name']}")
+    shown = runner.render(LINES, "name", lambda line: f"kind/{line['name']}")
     assert shown == "kind/b\nkind/a\n"
 
 
 def test_each_step_names_the_object_it_acted_on_as_kubectl_does() -> None:
     one = load_settings(TrainJobSettings, prog="p", argv=["-n", "a", "--name", "job-1"])
-    assert output.the_trainjob(one, {}) == "trainjob.trainer.kubeflow.org/job-1"
+    assert runner.the_trainjob(one, {}) == "trainjob.trainer.kubeflow.org/job-1"
     approval = ApproveSettings(
         workload="trainjob-job-1-5c2b1", workload_resource_version="7", admission=1
     )
@@ -134,12 +135,12 @@ def argv(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_audit_all_with_o_name_prints_one_line_per_job_and_keeps_its_exit_code(
     argv: list[str], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    flagged = output.Report(
+    flagged = runner.Report(
         lines=LINES,
         summary={"audited": 2, "flagged": 0},
         error=OutOfTime("--request-timeout 1s passed"),
     )
-    main = output.entrypoint(
+    main = runner.entrypoint(
         lambda _: flagged,
         AuditSettings,
         step="audit",
@@ -299,7 +300,7 @@ def test_a_write_cut_short_by_the_deadline_is_not_sent_again_and_names_the_flag(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clock = Clock()
-    monkeypatch.setattr(client, "time", clock)
+    monkeypatch.setattr(transport, "time", clock)
     timed_out = urllib3.exceptions.ReadTimeoutError(cast(Any, None), "/", "timed out")
     late = Late(answer=timed_out, clock=clock)
     job = {"metadata": {"namespace": "a", "name": "job"}}
@@ -337,7 +338,7 @@ class StalledWatch:
 
 def test_a_watch_cut_by_the_deadline_names_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = Clock()
-    monkeypatch.setattr(client, "time", clock)
+    monkeypatch.setattr(transport, "time", clock)
     api = StalledWatch(clock)
     watching = Gateway(cast(Any, api), deadline=Deadline(3.0, start=clock.now))
     with pytest.raises(OutOfTime, match="passed during watch /apis/kueue"):

@@ -18,8 +18,9 @@ from loguru import logger
 
 from dispatch_k8s.controller.settings import ControllerSettings
 from dispatch_k8s.core.rules.errors import BadInput
-from dispatch_k8s.core.shell import output
-from dispatch_k8s.core.shell.settings import LogLevel, StepSettings, load_settings
+from dispatch_k8s.core.shell import runner
+from dispatch_k8s.core.shell.literals import LogLevel
+from dispatch_k8s.core.shell.settings import StepSettings, load_settings
 from tests.support.lifecycle import BIN
 
 TERMINAL_LINE: Final = re.compile(r"\d\d:\d\d:\d\d (DEBUG  |INFO   |WARNING|ERROR  ) \S.*")
@@ -37,7 +38,7 @@ def _terminal(step: str, level: LogLevel = "info") -> Iterator[_Terminal]:
     # Set in the test's own phase: pytest's capture puts its own sys.stderr back between phases.
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("sys.stderr", screen)
-        output.configure_logging(step, level=level)
+        runner.configure_logging(step, level=level)
         try:
             yield screen
         finally:

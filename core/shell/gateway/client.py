@@ -3,31 +3,21 @@
 Every write is preconditioned on the resourceVersion that was read (a stale read is a 409
 and writes nothing). A 409 is never retried: the read is stale, the step fails with exit 3
 and its stage is run again from the read. Reads are retried on 429/5xx/connection errors;
-writes only where the server surely did not apply them (429, connection refused).
+writes only where the server surely did not apply them (429, connection refused). Each
+request goes through the transport (transport.py: rate limit, fence, dry run, deadline,
+timing); an Event through the recorder (recorder.py).
 """
 
 from __future__ import annotations
 
-import copy
 import functools
-import json
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Unpack
 
 from dispatch_k8s.core.rules import events, shapes
-from dispatch_k8s.core.rules.errors import (
-    Expired,
-    Fenced,
-    NotFound,
-    OutOfTime,
-    PreconditionFailed,
-    Transient,
-)
-from dispatch_k8s.core.shell import clock
-from dispatch_k8s.core.shell.gateway import kinds
+from dispatch_k8s.core.rules.errors import Expired, NotFound, PreconditionFailed, Transient
+from dispatch_k8s.core.shell.gateway import kinds, recorder
 from dispatch_k8s.core.shell.gateway.api_errors import (
     ATTEMPTS,
     ApiError,
@@ -37,76 +27,35 @@ from dispatch_k8s.core.shell.gateway.api_errors import (
 )
 from dispatch_k8s.core.shell.gateway.bodies import as_object, iter_list_items, watch_events
 from dispatch_k8s.core.shell.gateway.kinds import Kind
-from dispatch_k8s.core.shell.gateway.kubeconfig import load as load_configuration
 from dispatch_k8s.core.shell.gateway.ratelimit import TokenBucket
+from dispatch_k8s.core.shell.gateway.transport import (
+    REQUEST_TIMEOUT,
+    Deadline,
+    Sending,
+    Timed,
+    Timeout,
+    Transport,
+    api_client,
+)
+from dispatch_k8s.core.shell.literals import DryRun
 
 if TYPE_CHECKING:  # imported where first used: a step that never connects never pays for them
     from kubernetes.client import ApiClient
-    from kubernetes.client.rest import RESTResponse
 
-T = TypeVar("T")
-REQUEST_TIMEOUT: Final = 15  # seconds per request: with ATTEMPTS, a dead server costs ~1 min
 WATCH_GRACE: Final = 15  # seconds past a watch's own timeout before its connection is given up
-POLL_INTERVAL: Final = 1.0  # seconds between reads while a step waits out a passing state
-EVENT_TIMEOUT: Final = 5  # seconds: an Event is best effort and must not hold a step up
 PAGE_SIZE: Final = 500  # kubectl's --chunk-size: one page of a large pod list at a time
-JSON: Final = "application/json"
 APPLY_PATCH: Final = "application/apply-patch+yaml"
-Query = Iterable[tuple[str, str | int | bool]]
-Timeout = float | tuple[float, float]
-# Told of each request once answered (or failed): its verb, resource and seconds.
-Timed = Callable[[str, str, float], None]
-# What a write does, as kubectl's --dry-run: sent; kept back (client); sent with dryRun=All,
-# so admission (policies, webhooks) answers it and nothing is persisted (server).
-DryRun = Literal["none", "client", "server"]
-
-
-@dataclass(frozen=True, slots=True)
-class Deadline:
-    """A step's overall deadline, `--request-timeout` (`seconds`) counted from `start`."""
-
-    seconds: float
-    start: float = field(default_factory=time.monotonic)
-
-    def left(self, waiting: str) -> float:
-        """The seconds left; OutOfTime, telling what was `waiting`, once there are none."""
-        left = self.start + self.seconds - time.monotonic()
-        if left <= 0:
-            raise OutOfTime(
-                f"--request-timeout {self.seconds:g}s (env DISPATCH_REQUEST_TIMEOUT) passed "
-                f"{waiting}: run the step again"
-            )
-        return left
 
 
 class Gateway:
-    """A connection to one cluster; each method is one API request.
-
-    Requests go through the client's `ApiClient` (its configuration, auth, TLS and timeouts)
-    but not its generated API classes: those cost ~0.5 s to build (CoreV1Api's module alone
-    is 63k lines), and their models are a round trip the steps do not need. Bodies are read
-    as plain JSON.
+    """A connection to one cluster; each method is one API request, sent by its Transport.
 
     Under a `dry_run` every write (not a read) is as `DryRun` says, and no Event is posted.
     """
 
-    def __init__(
-        self,
-        api: ApiClient,
-        *,
-        fence: Callable[[], None] | None = None,
-        limit: TokenBucket | None = None,
-        timed: Timed | None = None,
-        deadline: Deadline | None = None,
-        dry_run: DryRun = "none",
-    ) -> None:
+    def __init__(self, api: ApiClient, **sending: Unpack[Sending]) -> None:
         self._api = api
-        self._fence = fence
-        self._limit = limit
-        self._timed = timed
-        self._deadline = deadline
-        self._dry_run = dry_run
-        self._unsent: list[dict[str, Any]] = []
+        self._transport = Transport(api, **sending)
 
     def fenced(
         self,
@@ -128,8 +77,8 @@ class Gateway:
             fence=fence,
             limit=limit,
             timed=timed,
-            deadline=self._deadline,
-            dry_run=self._dry_run,
+            deadline=self._transport.deadline,
+            dry_run=self._transport.dry_run,
         )
 
     @classmethod
@@ -145,109 +94,13 @@ class Gateway:
 
         A `request_timeout` above 0 is a deadline for every request from now on (Deadline).
         """
-        import urllib3
-        from kubernetes.client import ApiClient
-
-        configuration = load_configuration(kubeconfig=kubeconfig, context=context)
-        # urllib3's own default retries would resend a PUT whose answer was lost (it counts PUT
-        # as idempotent) and multiply every timeout by four: with_retries is the only retry layer.
-        configuration.retries = urllib3.util.Retry(total=0, connect=0, read=0, redirect=0, status=0)
+        api = api_client(kubeconfig=kubeconfig, context=context)
         deadline = Deadline(request_timeout) if request_timeout > 0 else None
-        return cls(ApiClient(configuration), deadline=deadline, dry_run=dry_run)
-
-    # One request
-
-    def _send(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Query = (),
-        body: Any = None,
-        content_type: str = JSON,
-        timeout: Timeout = REQUEST_TIMEOUT,
-    ) -> RESTResponse:
-        """Send one request, its body unread; a status outside 2xx is an ApiError.
-
-        Under a Deadline, a request is sent only while time is left, and waits for its answer
-        no longer than that: the step stops between requests, never between a write and
-        its answer being awaited, so a write is sent whole or not at all.
-        """
-        import urllib3
-
-        if self._limit is not None:
-            self._limit.take()
-        if self._fence is not None and method != "GET":
-            self._fence()  # as late as can be, after any wait: nothing is sent once it refuses
-        if self._dry_run == "server" and method != "GET":
-            query = [*query, ("dryRun", "All")]
-        headers = {"Accept": JSON}
-        if body is not None:
-            headers["Content-Type"] = content_type
-        request = self._api.param_serialize(
-            method=method,
-            resource_path=path,
-            query_params=list(query),
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        if self._deadline is not None:
-            left = self._deadline.left(f"before {method} {path} was sent")
-            timeout = (
-                (min(timeout[0], left), min(timeout[1], left))
-                if isinstance(timeout, tuple)
-                else min(timeout, left)
-            )
-        sent = time.monotonic()
-        try:
-            response = self._api.call_api(*request, _request_timeout=timeout)
-        except urllib3.exceptions.HTTPError:
-            self._out_of_time(f"waiting for the answer to {method} {path}")
-            raise
-        finally:
-            if self._timed is not None:
-                self._timed(method, kinds.resource_of(path), time.monotonic() - sent)
-        if not 200 <= response.status <= 299:
-            data: bytes = response.read()  # type: ignore[no-untyped-call]
-            raise ApiError.from_body(response.status, str(response.reason or ""), data)
-        return response
-
-    def _out_of_time(self, waiting: str) -> None:
-        """OutOfTime if the deadline passed: what failed failed for want of time."""
-        if self._deadline is not None:
-            self._deadline.left(waiting)
-
-    def _json(self, method: str, path: str, **options: Any) -> dict[str, Any]:
-        if self._dry_run == "client" and method != "GET":
-            return self._keep_back(method, path, options.get("body"))
-        text = self._text(method, path, **options)
-        try:
-            return as_object(json.loads(text))
-        except (ValueError, TypeError) as e:
-            raise unreadable(e) from e
-
-    def _keep_back(self, method: str, path: str, body: Any) -> dict[str, Any]:
-        """--dry-run=client: the write is kept, not sent; it answers with its own body.
-
-        As the server would answer an update with nothing else changed: the step carries on
-        and reports the resourceVersion it read, the precondition the write would be sent on.
-        """
-        self._unsent.append({"method": method, "path": path, "body": body})
-        return as_object(copy.deepcopy(body))
+        return cls(api, deadline=deadline, dry_run=dry_run)
 
     def take_unsent(self) -> list[dict[str, Any]]:
         """The writes --dry-run=client kept back since it was last asked, in order."""
-        taken, self._unsent = self._unsent, []
-        return taken
-
-    def _text(self, method: str, path: str, **options: Any) -> str:
-        response = self._send(method, path, **options)
-        data: bytes = response.read()  # type: ignore[no-untyped-call]
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise unreadable(e) from e
+        return self._transport.take_unsent()
 
     # Generic verbs: every path is built from the kinds table
 
@@ -263,7 +116,7 @@ class Gateway:
         """GET one object."""
         path = kind.path(namespace, name)
         return with_retries(
-            lambda: self._json("GET", path, timeout=timeout),
+            lambda: self._transport.json("GET", path, timeout=timeout),
             what=kind.describe(namespace, name),
             attempts=attempts,
         )
@@ -310,7 +163,9 @@ class Gateway:
                 query.append(("labelSelector", label_selector))
             if token:
                 query.append(("continue", token))
-            text = with_retries(functools.partial(self._text, "GET", path, query=query), what=what)
+            text = with_retries(
+                functools.partial(self._transport.text, "GET", path, query=query), what=what
+            )
             rest.clear()
             try:
                 yield from (as_object(item) for item in iter_list_items(text, rest))
@@ -335,7 +190,7 @@ class Gateway:
 
         def post() -> dict[str, Any] | None:
             try:
-                return self._json("POST", path, body=dict(body), timeout=timeout)
+                return self._transport.json("POST", path, body=dict(body), timeout=timeout)
             except ApiError as e:
                 if e.status == 409 and e.reason == "AlreadyExists":
                     return None
@@ -351,7 +206,9 @@ class Gateway:
         """
         path = f"/apis/{group}/{version}" if group else f"/api/{version}"
         try:
-            found = with_retries(lambda: self._json("GET", path), what=f"{group}/{version}")
+            found = with_retries(
+                lambda: self._transport.json("GET", path), what=f"{group}/{version}"
+            )
         except NotFound:
             return set()
         return {str(r.get("name")) for r in shapes.mappings(found.get("resources"))}
@@ -363,7 +220,7 @@ class Gateway:
         """
         body = {"apiVersion": f"{kind.group}/{kind.version}", "kind": kind.name, "spec": spec}
         path = kind.path()
-        return with_retries(lambda: self._json("POST", path, body=body), what=kind.name)
+        return with_retries(lambda: self._transport.json("POST", path, body=body), what=kind.name)
 
     def update(
         self,
@@ -379,7 +236,7 @@ class Gateway:
         sent = {**body, "metadata": {**meta, "resourceVersion": resource_version}}
         path = kind.path(meta.get("namespace"), meta["name"])
         return with_retries(
-            lambda: self._json("PUT", path, body=sent, timeout=timeout),
+            lambda: self._transport.json("PUT", path, body=sent, timeout=timeout),
             what=kind.describe(meta.get("namespace"), meta["name"]),
             write=True,
             attempts=attempts,
@@ -392,7 +249,7 @@ class Gateway:
         query: list[tuple[str, str | int | bool]] = [("fieldManager", manager), ("force", True)]
         return with_retries(
             # JSON is YAML: the client sends the dict as JSON
-            lambda: self._json(
+            lambda: self._transport.json(
                 "PATCH", path, body=dict(body), query=query, content_type=APPLY_PATCH
             ),
             what=f"{kind.describe(meta.get('namespace'), meta['name'])} status",
@@ -426,7 +283,7 @@ class Gateway:
         if label_selector:
             query.append(("labelSelector", label_selector))
         try:
-            response = self._send(
+            response = self._transport.send(
                 "GET",
                 path,
                 query=query,
@@ -445,19 +302,8 @@ class Gateway:
                 raise Expired(f"{what}: resourceVersion {version} is too old") from e
             raise error_for(e, what) from e
         except urllib3.exceptions.HTTPError as e:  # cut, reset or stalled: run it again
-            self._out_of_time(f"during {what}")
+            self._transport.out_of_time(f"during {what}")
             raise Transient(f"{what}: connection lost: {type(e).__name__}") from e
-
-    def poll(
-        self, read: Callable[[], T], done: Callable[[T], bool], *, timeout: float, what: str
-    ) -> T:
-        """Read until `done` holds, every POLL_INTERVAL; Transient once `timeout` has passed."""
-        deadline = time.monotonic() + timeout
-        while not done(value := read()):
-            if time.monotonic() + POLL_INTERVAL > deadline:
-                raise Transient(f"still waiting for {what} after {timeout:g}s")
-            time.sleep(POLL_INTERVAL)
-        return value
 
     # The project's requests, in its own words
 
@@ -572,42 +418,18 @@ class Gateway:
         name: str | None = None,
         involved: events.Involved = events.TRAINJOB,
     ) -> bool:
-        """POST one Event, best effort: a failure is logged, never raised.
+        """POST one Event, best effort (recorder.py): a failure is logged, never raised.
 
         About a TrainJob, or the kind `involved` names. An Event given a `name` that exists
         already was posted before: told, so True.
         """
-        import urllib3
-        from loguru import logger
-
-        if self._dry_run != "none":  # nothing was done: there is nothing to tell
-            return False
-        event = events.build_event(
+        return recorder.post_event(
+            self._transport,
             subject,
             event_type=event_type,
             reason=reason,
             message=message,
             step=step,
-            now=clock.now(),
             name=name,
             involved=involved,
         )
-        path = kinds.EVENT.path(event["metadata"]["namespace"])
-        try:
-            self._json("POST", path, body=event, timeout=EVENT_TIMEOUT)
-        except ApiError as e:
-            if name is not None and e.status == 409:
-                return True
-            logger.bind(status=e.status).warning(
-                f"cannot record Event {event['reason']}: {e.status} {e.message}"
-            )
-            return False
-        except urllib3.exceptions.HTTPError as e:
-            logger.warning(f"cannot record Event {event['reason']}: {type(e).__name__}")
-            return False
-        except Fenced:
-            return False  # this replica no longer leads: the next leader records it
-        except OutOfTime as e:  # the step's work is done: the Event is not worth failing it
-            logger.warning(f"cannot record Event {event['reason']}: {e}")
-            return False
-        return True

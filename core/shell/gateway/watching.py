@@ -1,22 +1,26 @@
-"""List, then watch from the list's resourceVersion: one collection as a stream of events.
+"""Waiting on the cluster: list, then watch from the list's resourceVersion; or poll a read.
 
-Both watches use it: `dispatch-admit --wait` (until its deadline) and the controller's
-streams (resynced, until its term ends, controller/streams.py).
+Both watches use the list-then-watch: `dispatch-admit --wait` (until its deadline) and the
+controller's streams (resynced, until its term ends, controller/streams.py). A state that
+no watch tells (a JobSet's Jobs draining) is polled.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
-from dispatch_k8s.core.rules.errors import Expired
+from dispatch_k8s.core.rules.errors import Expired, Transient
 from dispatch_k8s.core.shell.gateway.client import Gateway
 from dispatch_k8s.core.shell.gateway.kinds import Kind
 
 LISTING: Final = "LISTING"  # a list begins: the items after it are the whole collection
 LISTED: Final = "LISTED"  # one item of the list
 SYNCED: Final = "SYNCED"  # the list is complete; the watch's events follow
+POLL_INTERVAL: Final = 1.0  # seconds between reads while a step waits out a passing state
 Event = tuple[str, dict[str, Any]]
+T = TypeVar("T")
 
 
 def list_then_watch(
@@ -62,3 +66,13 @@ def list_then_watch(
 def objects(events: Iterator[Event]) -> Iterator[dict[str, Any]]:
     """Every version of the collection's objects, as listed, added and modified."""
     return (obj for kind, obj in events if kind in (LISTED, "ADDED", "MODIFIED"))
+
+
+def poll(read: Callable[[], T], done: Callable[[T], bool], *, timeout: float, what: str) -> T:
+    """Read until `done` holds, every POLL_INTERVAL; Transient once `timeout` has passed."""
+    deadline = time.monotonic() + timeout
+    while not done(value := read()):
+        if time.monotonic() + POLL_INTERVAL > deadline:
+            raise Transient(f"still waiting for {what} after {timeout:g}s")
+        time.sleep(POLL_INTERVAL)
+    return value

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, ClassVar, Final, Literal
+from typing import Annotated, ClassVar, Final
 
 from loguru import logger
 from pydantic import BeforeValidator, Field, model_validator
@@ -20,12 +20,10 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from dispatch_k8s.core.shell.gateway.client import DryRun
 from dispatch_k8s.core.shell.gateway.kubeconfig import DEFAULT_NAMESPACE, resolve_namespace
+from dispatch_k8s.core.shell.literals import DryRun, LogLevel, OutputFormat
 from dispatch_k8s.core.shell.settings.flags import ENV_NAMES, ENV_PREFIX, doc, flag_name
 
-LogLevel = Literal["debug", "info", "warning", "error"]
-OutputFormat = Literal["json", "yaml", "name"]
 # Go's durations, as kubectl's --request-timeout takes them: `1m30s`, `1.5h`, `500ms`.
 _NUMBER: Final = r"\d+(?:\.\d*)?|\.\d+"
 _DURATION_PART: Final = re.compile(rf"({_NUMBER})(ns|us|µs|μs|ms|s|m|h)")

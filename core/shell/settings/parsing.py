@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from pydantic_settings import CliSettingsSource, SettingsError
 
 from dispatch_k8s.core.rules.errors import BadInput
-from dispatch_k8s.core.shell.gateway.client import DryRun
+from dispatch_k8s.core.shell.literals import DryRun
 from dispatch_k8s.core.shell.settings.base import ClusterSettings, NamespacedSettings
 from dispatch_k8s.core.shell.settings.flags import (
     ENV_NAMES,

@@ -1,4 +1,4 @@
-"""The imperative shell every step shares: settings in, logs on stderr, one result out."""
+"""The step runner: a console script's settings in, logs on stderr, results out, its exit code."""
 
 from __future__ import annotations
 
@@ -14,10 +14,8 @@ from loguru import logger
 
 from dispatch_k8s.core.rules.errors import BadInput, DispatchError
 from dispatch_k8s.core.shell.gateway import Gateway, kinds
-from dispatch_k8s.core.shell.gateway.client import DryRun
+from dispatch_k8s.core.shell.literals import DryRun, LogLevel, OutputFormat
 from dispatch_k8s.core.shell.settings import (
-    LogLevel,
-    OutputFormat,
     StepSettings,
     TrainJobSettings,
     WritingSettings,

@@ -204,7 +204,10 @@ def test_everything_namespaced_and_every_reference_follows_the_release_namespace
     assert len(namespaced) > 10
     assert {o["metadata"]["namespace"] for o in namespaced} == {"team-a"}
     subjects = [s for o in objects for s in o.get("subjects", []) if "namespace" in s]
-    params = [o["spec"]["paramRef"] for o in objects if "paramRef" in o.get("spec", {})]
+    refs = [o["spec"]["paramRef"] for o in objects if "paramRef" in o.get("spec", {})]
+    params = [p for p in refs if "namespace" in p]
+    # A paramRef with no namespace reads the request's own namespace (the ledger's records).
+    assert all("selector" in p for p in refs if p not in params)
     assert subjects
     assert params
     assert {s["namespace"] for s in subjects} | {p["namespace"] for p in params} == {"team-a"}

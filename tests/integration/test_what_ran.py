@@ -108,6 +108,9 @@ def test_a_runtime_edited_after_start_is_flagged(
     assert "TrainingRuntime edited changed since start checked it" in audited.error
 
 
+# Where the path guard is installed it refuses this edit (job-spec, test_policies_path.py): the
+# audit must still flag it on a cluster without the policies.
+@pytest.mark.policies("none")
 def test_a_child_job_edited_by_hand_is_flagged(
     step: Step, kubelet: Kubelet, namespace: str, torch_runtime: str, api_client: client.ApiClient
 ) -> None:

@@ -312,7 +312,11 @@ def test_the_controller_identity_can_do_nothing_more(
             "make a Lease in another namespace": lambda: leases.create_namespaced_lease(
                 "default", lease(SERVICE_ACCOUNT)
             ),
-            "read a ConfigMap": lambda: core.read_namespaced_config_map("any", namespace),
+            # It reads the ledger's ConfigMaps by name, never a list of them, nor writes one.
+            "list ConfigMaps": lambda: core.list_namespaced_config_map(namespace),
+            "write a ConfigMap": lambda: core.patch_namespaced_config_map(
+                "any", namespace, {"metadata": {"labels": {"x": "y"}}}
+            ),
         }
         for what, attempt in attempts.items():
             with pytest.raises(ApiException) as refused:

@@ -20,7 +20,7 @@ from tests.support.shipped import REPO
 HELPERS: Final = frozenset({"python3"})
 CONTROLLER: Final = "dispatch-admission-controller"  # a Deployment (pipelines/controller/)
 # Read-only commands a person runs, never a pipeline's step.
-INTERACTIVE: Final = frozenset({"dispatch-status", "kubectl-dispatch"})
+INTERACTIVE: Final = frozenset({"dispatch-status", "dispatch-doctor", "kubectl-dispatch"})
 
 
 def console_scripts() -> dict[str, str]:

@@ -19,6 +19,7 @@ from kubernetes import client
 from dispatch_k8s.core.rules import wire
 from tests.cluster.wait import wait_until
 from tests.support.cluster_under_test import Cluster
+from tests.support.environment import host_env
 from tests.support.lifecycle import (
     BIN,
     DEADLINE,
@@ -152,6 +153,7 @@ def audit_all(control_plane: Cluster, namespace: str) -> tuple[int, list[dict[st
         text=True,
         timeout=300,
         check=False,
+        env=host_env(),
     )
     return done.returncode, [json.loads(line) for line in done.stdout.splitlines()]
 

@@ -22,6 +22,7 @@ from kubernetes import client
 from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.rules.errors import PreconditionFailed
 from tests.cluster.wait import wait_until
+from tests.support.environment import host_env
 from tests.support.kueue_objects import KueueSetup
 from tests.support.requests import request_flags
 from tests.support.shells import resolve_downward_env
@@ -48,13 +49,14 @@ class StepRun:
 
 
 def run_step(step: str, *args: str, kubeconfig: Path) -> StepRun:
-    """Run `dispatch-<step>` against the cluster, as a pipeline would."""
+    """Run `dispatch-<step>` against the cluster, as a pipeline would (no host DISPATCH_*)."""
     done = subprocess.run(
         [str(BIN / f"dispatch-{step}"), "--kubeconfig", str(kubeconfig), *args],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
+        env=host_env(),
     )
     result = json.loads(done.stdout) if done.returncode == 0 else {}
     return StepRun(done.returncode, result, done.stderr)

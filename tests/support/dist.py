@@ -64,23 +64,6 @@ def objects(text: str) -> list[Manifest]:
     return [d for d in yaml.safe_load_all(text) if d]
 
 
-def previous(name: str) -> str | None:
-    """dist/NAME as last committed before it became what the checkout holds: the bundle an
-    install made before this one, to upgrade from. None without such a commit (no history, as
-    in a shallow clone, or the bundle never changed)."""
-    current = (DIST / name).read_text()
-
-    def git(*args: str) -> str | None:
-        done = subprocess.run(["git", *args], cwd=REPO, text=True, capture_output=True)
-        return done.stdout if done.returncode == 0 else None
-
-    for revision in (git("log", "--format=%H", "--", f"dist/{name}") or "").split():
-        text = git("show", f"{revision}:dist/{name}")
-        if text is not None and text != current:
-            return text
-    return None
-
-
 def main(argv: list[str]) -> int:
     """Write every bundle; with --check, only report (exit 1) which differ."""
     check = argv == ["--check"]

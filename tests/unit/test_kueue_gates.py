@@ -139,3 +139,16 @@ def test_without_them_the_steps_read_the_cluster_as_they_would(
     done = gates("-n", "team-a", "--name", "j", path=path, tmp_path=record.parent, script=script)
     assert done.returncode == 2, done.stderr
     assert record.read_text().splitlines()[-2:] == ["kubeconfig=", "context="]
+
+
+def test_help_tells_the_defaults_the_loop_sets(tmp_path: Path) -> None:
+    done = gates("--help", path="/usr/bin:/bin", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    [told] = [line for line in done.stdout.splitlines() if line.startswith("Defaults: ")]
+    said = dict(part.split(" ") for part in told.removeprefix("Defaults: ").rstrip(".").split(", "))
+    [assigned] = [line for line in GATES.read_text().splitlines() if line.startswith("namespace=")]
+    values = dict(word.split("=") for word in assigned.split())
+    assert said == {f"--{name.replace('_', '-')}": values[name] for name in values if values[name]}
+    # The whole header, to its last line: the help's sed range keeps up with the text.
+    last = "rule's refusal (6), a job flagged foreign (7), a bug (1)."
+    assert done.stdout.splitlines()[-1] == last

@@ -21,12 +21,18 @@ import pytest
 import urllib3
 import yaml
 
+from dispatch_k8s.controller.settings import ControllerSettings
 from dispatch_k8s.core.rules import names
 from dispatch_k8s.core.rules.errors import BadInput, Transient
 from dispatch_k8s.core.shell import runner
 from dispatch_k8s.core.shell.gateway import Gateway, kinds
 from dispatch_k8s.core.shell.literals import LogLevel
-from dispatch_k8s.core.shell.settings import TrainJobSettings, load_settings, read_document
+from dispatch_k8s.core.shell.settings import (
+    NamespacedSettings,
+    TrainJobSettings,
+    load_settings,
+    read_document,
+)
 from dispatch_k8s.steps.approve import ApproveSettings
 from dispatch_k8s.steps.doctor import DoctorSettings
 from dispatch_k8s.steps.status import StatusSettings
@@ -253,6 +259,9 @@ def test_a_namespace_is_an_rfc_1123_label_and_may_start_with_a_digit(namespace: 
         (StatusSettings, ["--name", "J"], "'J' is not a TrainJob name"),
         (DoctorSettings, ["-n", "A"], "'A' is not a namespace"),
         (DoctorSettings, ["--service-account", ""], "'' is not an object name"),
+        (ControllerSettings, ["--namespaces", "a,B c"], "1: 'B c' is not a namespace"),
+        (ControllerSettings, ["--lease-namespace", ""], "'' is not a namespace"),
+        (ControllerSettings, ["--lease-name", "L"], "'L' is not an object name"),
     ],
 )
 def test_each_step_checks_its_names(cls: Any, argv: list[str], told: str) -> None:
@@ -260,7 +269,7 @@ def test_each_step_checks_its_names(cls: Any, argv: list[str], told: str) -> Non
         load_settings(
             cls,
             prog="dispatch-x",
-            argv=["-n", "team-a", *argv] if cls is not DoctorSettings else argv,
+            argv=["-n", "team-a", *argv] if issubclass(cls, NamespacedSettings) else argv,
         )
 
 

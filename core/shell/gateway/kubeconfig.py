@@ -91,7 +91,7 @@ def load(*, kubeconfig: Path | None, context: str | None) -> Configuration:
         )
     if not in_cluster:
         _check_user(kubeconfig, context, where=where)
-    check_server(configuration.host, where=where if files else "the in-cluster config")
+    check_server(configuration.host, where=f"kubeconfig {where}" if files else "in-cluster config")
     return configuration
 
 
@@ -123,7 +123,10 @@ def _errors_logged() -> Iterator[list[str]]:
 
 
 def check_server(server: str, *, where: str) -> None:
-    """BadInput unless `server` is a URL a request can be sent to: http(s)://HOST[:PORT]."""
+    """BadInput unless `server` is a URL a request can be sent to: http(s)://HOST[:PORT].
+
+    `where` names what gave it: `kubeconfig FILE`, or the in-cluster config.
+    """
     from urllib3.exceptions import LocationParseError
     from urllib3.util import parse_url
 
@@ -133,8 +136,7 @@ def check_server(server: str, *, where: str) -> None:
         url = None
     if url is None or url.scheme not in ("https", "http") or not url.host:
         raise BadInput(
-            f"kubeconfig {where}: the cluster's server {server!r} is not a URL "
-            "(give https://HOST[:PORT])"
+            f"{where}: the cluster's server {server!r} is not a URL (give https://HOST[:PORT])"
         )
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import Field, ModelWrapValidatorHandler, ValidationError, model_validator
 from pydantic_core import InitErrorDetails
 
-from dispatch_k8s.core.shell.settings import ClusterSettings, doc
+from dispatch_k8s.core.shell.settings import ClusterSettings, Namespace, ObjectName, doc
 
 # The bounds of the fields that say how many or how often (each a constraint of its field), told
 # together in one line whichever is broken.
@@ -23,7 +23,7 @@ class ControllerSettings(ClusterSettings):
     """`dispatch-admission-controller`: gate every Workload of this project's checks, audit."""
 
     namespaces: Annotated[
-        list[str],
+        list[Namespace],
         doc(
             "Gate the Workloads (and audit the TrainJobs) of these namespaces only (repeat the "
             "flag, or a comma-separated list); the controller then lists and watches each "
@@ -135,15 +135,15 @@ class ControllerSettings(ClusterSettings):
         ),
     ] = None
     lease_namespace: Annotated[
-        str,
+        Namespace,
         doc(
             "The namespace of the leader-election Lease (the controller's own).",
             metavar="NAMESPACE",
         ),
     ] = "dispatch-system"
-    lease_name: Annotated[str, doc("The name of the leader-election Lease.", metavar="NAME")] = (
-        "dispatch-admission-controller"
-    )
+    lease_name: Annotated[
+        ObjectName, doc("The name of the leader-election Lease.", metavar="NAME")
+    ] = "dispatch-admission-controller"
     identity: Annotated[
         str,
         doc(

@@ -12,13 +12,13 @@ from dispatch_k8s.core.rules import decisions, events, trainjob, wire, workload
 from dispatch_k8s.core.rules.errors import PreconditionFailed, Refused, Transient
 from dispatch_k8s.core.shell import runner
 from dispatch_k8s.core.shell.gateway import kinds, watching
-from dispatch_k8s.core.shell.settings import CHECK_DOC, TrainJobSettings, doc
+from dispatch_k8s.core.shell.settings import CHECK_DOC, ObjectName, TrainJobSettings, doc
 
 
 class AdmitSettings(TrainJobSettings):
     """`dispatch-admit`: raise A for the Workload's current reservation."""
 
-    check: Annotated[str, CHECK_DOC] = "dispatch-admission"
+    check: Annotated[ObjectName, CHECK_DOC] = "dispatch-admission"
     wait: Annotated[
         bool,
         doc(

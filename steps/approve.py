@@ -14,7 +14,9 @@ from dispatch_k8s.core.shell.gateway.kubeconfig import DEFAULT_NAMESPACE
 from dispatch_k8s.core.shell.settings import (
     CHECK_DOC,
     NAMESPACE_DEFAULT,
+    Namespace,
     NamespacedSettings,
+    ObjectName,
     WritingSettings,
     doc,
 )
@@ -24,10 +26,10 @@ class ApproveSettings(NamespacedSettings, WritingSettings):
     """`dispatch-approve`: mark the check Ready for the reservation admit raised A for."""
 
     namespace: Annotated[
-        str, doc("The Workload's namespace.", metavar="NAMESPACE", default=NAMESPACE_DEFAULT)
+        Namespace, doc("The Workload's namespace.", metavar="NAMESPACE", default=NAMESPACE_DEFAULT)
     ] = DEFAULT_NAMESPACE
     workload: Annotated[
-        str,
+        ObjectName,
         doc(
             "The Workload dispatch-admit raised A for (its `workload` result).",
             metavar="NAME",
@@ -53,7 +55,7 @@ class ApproveSettings(NamespacedSettings, WritingSettings):
             default="required",
         ),
     ]
-    check: Annotated[str, CHECK_DOC] = "dispatch-admission"
+    check: Annotated[ObjectName, CHECK_DOC] = "dispatch-admission"
 
 
 def run(settings: ApproveSettings) -> runner.Result:

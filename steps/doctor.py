@@ -23,7 +23,13 @@ from dispatch_k8s.core.rules.errors import DispatchError, Refused
 from dispatch_k8s.core.shell import runner
 from dispatch_k8s.core.shell.gateway import Gateway, kinds
 from dispatch_k8s.core.shell.gateway.api_errors import is_admission_denial
-from dispatch_k8s.core.shell.settings import ClusterSettings, doc, load_settings
+from dispatch_k8s.core.shell.settings import (
+    ClusterSettings,
+    Namespace,
+    ObjectName,
+    doc,
+    load_settings,
+)
 
 STEP: Final = "doctor"
 PROBE: Final = "dispatch-doctor-probe"
@@ -34,7 +40,7 @@ class DoctorSettings(ClusterSettings):
     """`dispatch-doctor`: check an install, read-only."""
 
     namespace: Annotated[
-        str | None,
+        Namespace | None,
         doc(
             "The namespace the policies are probed in and the steps' rights checked in.",
             metavar="NAMESPACE",
@@ -54,7 +60,7 @@ class DoctorSettings(ClusterSettings):
         ),
     ] = "table"
     service_account: Annotated[
-        str,
+        ObjectName,
         doc(
             "The steps' ServiceAccount in --namespace, whose rights are checked.",
             metavar="NAME",
@@ -62,7 +68,7 @@ class DoctorSettings(ClusterSettings):
         ),
     ] = doctor.STEPS_SERVICE_ACCOUNT
     check: Annotated[
-        str,
+        ObjectName,
         doc(
             "The name of this project's AdmissionCheck, as the ClusterQueues list it.",
             metavar="NAME",

@@ -14,14 +14,21 @@ from dispatch_k8s.core.rules import gate, status, trainjob, wire
 from dispatch_k8s.core.rules.errors import NotFound
 from dispatch_k8s.core.shell import runner
 from dispatch_k8s.core.shell.gateway import Gateway, kinds, watching
-from dispatch_k8s.core.shell.settings import CHECK_DOC, TargetSettings, doc, load_settings
+from dispatch_k8s.core.shell.settings import (
+    CHECK_DOC,
+    ObjectName,
+    TargetSettings,
+    TrainJobName,
+    doc,
+    load_settings,
+)
 
 
 class StatusSettings(TargetSettings):
     """`dispatch-status`: what one TrainJob, or every dispatch-managed one, is at, read-only."""
 
     name: Annotated[
-        str | None,
+        TrainJobName | None,
         doc(
             "The TrainJob to show.", metavar="NAME", default="none: give this, --all or --selector"
         ),
@@ -48,7 +55,7 @@ class StatusSettings(TargetSettings):
             default="off",
         ),
     ] = False
-    check: Annotated[str, CHECK_DOC] = "dispatch-admission"
+    check: Annotated[ObjectName, CHECK_DOC] = "dispatch-admission"
 
 
 STEP: Final = "status"

@@ -8,11 +8,9 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from dispatch_k8s.core.rules import wire
+from dispatch_k8s.core.rules import names, wire
 from dispatch_k8s.core.rules.identity import Identity, IdentityError
 
-DNS1035_LABEL: Final = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-DNS1035_MAX: Final = 63
 # Kubernetes accepts any printable env name without '='; a C identifier is what every shell
 # can also read, and Start refuses names it could not hand through the prologue.
 ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -41,7 +39,7 @@ class StartRequest(BaseModel):
     resources_per_node: dict[Literal["limits", "requests"], dict[str, Quantity]] | None = None
     queue: Annotated[str, Field(min_length=1, max_length=63)] | None = None
     priority_class: Annotated[str, Field(min_length=1, max_length=253)] | None = None
-    namespace: Annotated[str, Field(min_length=1, max_length=63)] = "default"
+    namespace: str = "default"
     name: str | None = None
 
     @field_validator("command")
@@ -69,15 +67,21 @@ class StartRequest(BaseModel):
             raise ValueError(f"{workdir!r} must be an absolute path")
         return workdir
 
-    @field_validator("name", "namespace", "queue")
+    @field_validator("namespace")
     @classmethod
-    def _is_dns1035_label(cls, value: str | None) -> str | None:
-        if value is not None and (len(value) > DNS1035_MAX or not DNS1035_LABEL.fullmatch(value)):
-            raise ValueError(
-                f"{value!r} is not a DNS-1035 label (lower-case letters, digits and '-', "
-                "starting with a letter, ending with a letter or digit, at most 63 characters)"
-            )
-        return value
+    def _is_a_namespace(cls, value: str) -> str:
+        return _checked(value, names.namespace_problem(value))
+
+    @field_validator("name")
+    @classmethod
+    def _is_a_trainjob_name(cls, value: str | None) -> str | None:
+        return value if value is None else _checked(value, names.trainjob_name_problem(value))
+
+    @field_validator("queue")
+    @classmethod
+    def _is_a_label(cls, value: str | None) -> str | None:
+        # The LocalQueue's name is also the TrainJob's kueue.x-k8s.io/queue-name label.
+        return value if value is None else _checked(value, names.label_name_problem(value))
 
     @model_validator(mode="after")
     def _priority_needs_a_queue(self) -> StartRequest:
@@ -104,6 +108,12 @@ class StartRequest(BaseModel):
     def trainjob_name(self) -> str:
         """The TrainJob's name: the one given, or one derived from the identity."""
         return self.name or default_name(self.identity)
+
+
+def _checked(value: str, problem: str | None) -> str:
+    if problem is not None:
+        raise ValueError(problem)
+    return value
 
 
 def default_name(identity: Identity) -> str:

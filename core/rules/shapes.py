@@ -47,6 +47,23 @@ def without_managed_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
     return {**obj, "metadata": meta}
 
 
+def kind_word(value: Any) -> str:
+    """What a decoded JSON or YAML value is, in words (`a list`), never a Python type's name."""
+    if value is None:
+        return "empty (null)"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    return "a value of another kind (a date, a set, bytes)"
+
+
 def word(value: Any) -> str:
     """`value` if it is a non-empty string, else its repr (the audit's findings name it so)."""
     return value if isinstance(value, str) and value else repr(value)

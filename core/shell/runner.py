@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -61,15 +62,34 @@ def _terminal_sink(message: Any) -> None:
     sys.stderr.write(f"{when} {record['level'].name:<7} {record['message']}{fields}\n")
 
 
+class _LibraryLogs(logging.Handler):
+    """What libraries log (the kubernetes client, urllib3) and Python's warnings, as debug lines.
+
+    Left to themselves they print plain text on stderr among the step's JSON lines: Python's
+    last-resort handler prints a library's warnings, and the kubernetes client's first
+    `logging.error` installs a handler that prints everything after it. Each is the step's
+    own line instead, at debug (-v), named by its logger.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        logger.bind(library=record.name).debug(record.getMessage())
+
+
 def configure_logging(step: str, *, level: LogLevel = "info", dry_run: DryRun = "none") -> None:
     """JSON lines on stderr for machines, one plain line each on a terminal; `level` and up.
 
     Under a dry run every line says so: "raised admission" tells what would have been done.
+    Nothing else is written on stderr: libraries' logs and warnings go through `_LibraryLogs`.
     """
     logger.remove()
     sink = _terminal_sink if sys.stderr.isatty() else _json_sink
     logger.add(sink, level=level.upper())
     logger.configure(extra={"step": step, **({"dryRun": dry_run} if dry_run != "none" else {})})
+    root = logging.getLogger()
+    if not any(isinstance(handler, _LibraryLogs) for handler in root.handlers):
+        root.addHandler(_LibraryLogs())
+    root.setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
+    logging.captureWarnings(True)
 
 
 def field_text(value: Any) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import types
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,6 +11,9 @@ from dispatch_k8s.core.rules.wire import (
     ANCESTOR_LABEL,
     ANCESTOR_TRAINER,
 )
+
+# The `configuration` of a stand-in for the client's ApiClient: the API server it names.
+SERVER = types.SimpleNamespace(host="https://127.0.0.1:6443")
 
 
 def container_dict(name: str = "node", **fields: Any) -> dict[str, Any]:

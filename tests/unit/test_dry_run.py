@@ -34,6 +34,7 @@ from dispatch_k8s.steps.status import StatusSettings
 from tests.support.golden import check_golden
 from tests.support.requests import request_flags
 from tests.unit.audit_factories import NAME, UID, jobset_dict, trainjob_dict
+from tests.unit.factories import SERVER
 from tests.unit.test_workload import raised_trainjob, workload_dict
 
 REPO: Final = Path(__file__).resolve().parents[2]
@@ -68,6 +69,8 @@ class Cluster:
     """An API server in a table: GETs answered from `objects`, writes answered as applied
     (a create given a uid and generation 1, the resourceVersion moved) and stored, except
     under dryRun=All, which stores nothing; every request kept in `sent`."""
+
+    configuration = SERVER
 
     def __init__(self, objects: dict[str, dict[str, Any]]) -> None:
         self.objects = objects

@@ -29,6 +29,7 @@ from dispatch_k8s.steps import approve, audit
 from dispatch_k8s.steps.approve import ApproveSettings
 from dispatch_k8s.steps.audit import AuditSettings
 from tests.support.requests import request_flags
+from tests.unit.factories import SERVER
 
 REPO: Final = Path(__file__).resolve().parents[2]
 BIN: Final = Path(sys.executable).parent
@@ -221,6 +222,8 @@ def test_without_request_timeout_there_is_no_deadline() -> None:
 class Api:
     """The part of the client's ApiClient the gateway sends through: what it was given."""
 
+    configuration = SERVER
+
     def __init__(self, *, answer: Exception) -> None:
         self.sent: list[tuple[str, Any]] = []
         self.answer = answer
@@ -311,6 +314,8 @@ def test_a_write_cut_short_by_the_deadline_is_not_sent_again_and_names_the_flag(
 
 class StalledWatch:
     """A watch whose connection stops answering: the read times out once the time given ran out."""
+
+    configuration = SERVER
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock

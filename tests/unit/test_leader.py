@@ -13,6 +13,7 @@ import pytest
 from dispatch_k8s.controller.leader import Elector
 from dispatch_k8s.core.rules.errors import Fenced, Transient
 from dispatch_k8s.core.shell.gateway import Gateway
+from tests.unit.factories import SERVER
 
 LEASE_SECONDS = 15  # renew deadline 10 s, retry period 3 s
 
@@ -152,6 +153,8 @@ def test_a_second_candidate_waits_a_whole_lease_duration_from_what_it_saw(
 
 class RecordingApi:
     """The part of the client's ApiClient the gateway sends through."""
+
+    configuration = SERVER
 
     def __init__(self) -> None:
         self.sent: list[str] = []

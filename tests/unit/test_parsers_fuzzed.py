@@ -17,11 +17,12 @@ from typing import Any, cast
 from unittest import mock
 
 import pytest
+import urllib3
 import yaml
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatch_k8s.core.rules import decisions, trainjob, workload
+from dispatch_k8s.core.rules import decisions, names, trainjob, workload
 from dispatch_k8s.core.rules.errors import BadInput, DispatchError, Transient
 from dispatch_k8s.core.rules.request import StartRequest
 from dispatch_k8s.core.shell.gateway import ApiError, Gateway, api_errors, kinds, kubeconfig
@@ -36,6 +37,7 @@ from dispatch_k8s.steps.admit import AdmitSettings
 from dispatch_k8s.steps.approve import ApproveSettings
 from dispatch_k8s.steps.start_settings import StartSettings
 from tests.unit.audit_factories import decide_audit, jobset_dict, pod_dict, trainjob_dict
+from tests.unit.factories import SERVER
 from tests.unit.fuzz import (
     BYTES,
     JSON_VALUES,
@@ -268,6 +270,14 @@ def test_any_env_bytes_are_settings_or_bad_input(step: str, data: st.DataObject)
         _settings_or_utf8_refusal(step, [], list(env.values()))
 
 
+EXEC_CREDENTIAL = json.dumps(
+    {
+        "apiVersion": "client.authentication.k8s.io/v1",
+        "kind": "ExecCredential",
+        "status": {"token": "grüß-✓"},
+    },
+    ensure_ascii=False,
+).encode()
 KUBECONFIG = yaml.safe_dump(
     {
         "apiVersion": "v1",
@@ -295,8 +305,68 @@ def test_any_kubeconfig_bytes_are_credentials_or_bad_input(
         assert refused is None or isinstance(refused, BadInput)
 
 
+def _kubeconfig_with(directory: str, *, server: str, user: dict[str, Any]) -> Path:
+    config = yaml.safe_load(KUBECONFIG)
+    config["clusters"][0]["cluster"]["server"] = server
+    config["users"][0]["user"] = user
+    path = Path(directory) / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@given(server=TEXT | st.sampled_from(["https://h", "http://127.0.0.1:1", "h:6443", "https://"]))
+def test_any_server_is_a_url_a_request_can_go_to_or_bad_input(server: str) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        path = _kubeconfig_with(directory, server=server, user={"token": "t"})
+        try:
+            loaded = kubeconfig.load(kubeconfig=path, context=None)
+        except BadInput as e:
+            _one_line(e)
+            return
+    url = urllib3.util.parse_url(loaded.host)  # what a request would be sent to
+    assert url.scheme in ("http", "https")
+    assert url.host
+
+
+@settings(max_examples=25)  # each example runs the plugin: a process
+@given(output=BYTES | cut_anywhere(EXEC_CREDENTIAL) | st.just(EXEC_CREDENTIAL))
+def test_any_exec_plugin_output_is_credentials_or_bad_input(output: bytes) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        printed = Path(directory) / "printed"
+        printed.write_bytes(output)
+        plugin = Path(directory) / "plugin"
+        plugin.write_text(f"#!/bin/sh\ncat {printed}\n")
+        plugin.chmod(0o755)
+        user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin)}}
+        path = _kubeconfig_with(directory, server="https://127.0.0.1:6443", user=user)
+        loaded: list[Any] = []
+        refused = _refusal(lambda: loaded.append(kubeconfig.load(kubeconfig=path, context=None)))
+    assert refused is None or isinstance(refused, BadInput)
+    assert refused is None or output != EXEC_CREDENTIAL, str(refused)
+    # Loaded only with credentials: never without them, for each request to fail as 75.
+    assert all(config.api_key["BearerToken"].startswith("Bearer ") for config in loaded)
+
+
+@given(
+    step=st.sampled_from(["hold", "admit"]), flag=st.sampled_from(["namespace", "name"]), value=TEXT
+)
+def test_any_name_given_is_one_the_api_server_takes_or_bad_input(
+    step: str, flag: str, value: str
+) -> None:
+    argv = ["--namespace=team-a", "--name=j", f"--{flag}={value}"]
+    try:
+        taken = load_settings(STEPS[step], prog=f"dispatch-{step}", argv=argv)
+    except BadInput as e:
+        _one_line(e)
+        return
+    rule = names.namespace_problem if flag == "namespace" else names.trainjob_name_problem
+    assert rule(getattr(taken, flag)) is None
+
+
 class Answering:
     """An API server that answers every request 200 with `body`, counting what it was sent."""
+
+    configuration = SERVER
 
     status = 200
     reason = "OK"

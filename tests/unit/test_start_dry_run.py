@@ -243,7 +243,7 @@ def test_the_former_attempt_variable_is_read_with_one_line_of_warning() -> None:
     [
         (["--env", "DISPATCH_EPOCH=1"], "DISPATCH_* names are reserved"),
         (["--workdir", "relative/dir"], "must be an absolute path"),
-        (["--name", "Not_A_Label"], "DNS-1035"),
+        (["--name", "Not_A_Label"], "RFC 1035 label"),
         (["--submission", "1000000"], "below 10^6"),
         (["--generation", "0", "--submission", "0"], "at least 1"),
         (["--generation", "9223373"], "signed 64-bit"),

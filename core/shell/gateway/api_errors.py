@@ -8,6 +8,7 @@ docs/design.md §3); `with_retries` is the one retry layer.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from typing import Final, TypeVar
@@ -112,10 +113,57 @@ def retryable(error: Exception, *, write: bool) -> bool:
     return not write and isinstance(error, urllib3.exceptions.HTTPError)
 
 
+def why_unreachable(error: Exception) -> str:
+    """Why a request got no answer, in words: the system's or TLS's reason, never a type name."""
+    import urllib3.exceptions as failed
+
+    if isinstance(error, failed.MaxRetryError) and error.reason is not None:
+        error = error.reason  # what urllib3's own retries ended on
+    reason = _reason(error)
+    # Most specific first: a name that does not resolve is a connection not made, which is
+    # a connect timeout in urllib3's hierarchy.
+    if isinstance(error, failed.NameResolutionError):
+        return f"its host name does not resolve ({reason})"
+    if isinstance(error, failed.NewConnectionError):
+        return f"no connection ({reason})"
+    if isinstance(error, failed.ConnectTimeoutError):
+        return "no connection within the request's timeout"
+    if isinstance(error, failed.ReadTimeoutError):
+        return "no answer within the request's timeout"
+    if isinstance(error, failed.SSLError):
+        return f"TLS failed ({reason})"
+    if isinstance(error, failed.ProxyError):
+        return f"the proxy failed ({reason})"
+    if isinstance(error, failed.ProtocolError):
+        return f"the connection broke ({reason})"
+    return f"the connection failed ({reason})"
+
+
+def _reason(error: BaseException) -> str:
+    """The system's words for `error` (`Connection refused`), else its own message's."""
+    for inner in (error.__cause__, error.__context__, *error.args):
+        if isinstance(inner, OSError) and isinstance(inner.strerror, str) and inner.strerror:
+            text = inner.strerror
+            break
+    else:
+        text = str(error.args[0]) if error.args else str(error)
+    # Without urllib3's connection repr and OpenSSL's source line: neither is for a person.
+    text = re.sub(r"^\w+\(host=[^)]*\): |<[^>]*>: |\s*\(_ssl\.c:\d+\)", "", text)
+    return " ".join(text.split()) or "no reason given"
+
+
 def with_retries(
-    request: Callable[[], T], *, what: str, write: bool = False, attempts: int = ATTEMPTS
+    request: Callable[[], T],
+    *,
+    what: str,
+    server: str = "",
+    write: bool = False,
+    attempts: int = ATTEMPTS,
 ) -> T:
-    """`request()`, sent again with backoff while `retryable`; a failure as its DispatchError."""
+    """`request()`, sent again with backoff while `retryable`; a failure as its DispatchError.
+
+    `server`, the API server's URL, is named when it cannot be reached.
+    """
     import urllib3
 
     backoff = FIRST_BACKOFF
@@ -131,5 +179,6 @@ def with_retries(
                 raise error_for(e, what) from e
             if isinstance(e, urllib3.exceptions.DecodeError):  # it answered: say what
                 raise Transient(f"{what}: {e}") from e
-            raise Transient(f"{what}: API server unreachable: {type(e).__name__}") from e
+            at = f" at {server}" if server else ""
+            raise Transient(f"{what}: API server unreachable{at}: {why_unreachable(e)}") from e
     raise AssertionError("unreachable")  # the loop returns or raises

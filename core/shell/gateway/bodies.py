@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 def as_object(value: Any) -> dict[str, Any]:
     """Narrow a decoded JSON body to the plain dict every caller works with."""
     if not isinstance(value, dict):
-        raise TypeError(f"expected a JSON object, got {type(value).__name__}")
+        raise TypeError(f"expected a JSON object, got {shapes.kind_word(value)}")
     return value
 
 

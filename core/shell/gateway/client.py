@@ -23,6 +23,7 @@ from dispatch_k8s.core.shell.gateway.api_errors import (
     ApiError,
     error_for,
     unreadable,
+    why_unreachable,
     with_retries,
 )
 from dispatch_k8s.core.shell.gateway.bodies import as_object, iter_list_items, watch_events
@@ -118,6 +119,7 @@ class Gateway:
         return with_retries(
             lambda: self._transport.json("GET", path, timeout=timeout),
             what=kind.describe(namespace, name),
+            server=self._transport.server,
             attempts=attempts,
         )
 
@@ -164,7 +166,9 @@ class Gateway:
             if token:
                 query.append(("continue", token))
             text = with_retries(
-                functools.partial(self._transport.text, "GET", path, query=query), what=what
+                functools.partial(self._transport.text, "GET", path, query=query),
+                what=what,
+                server=self._transport.server,
             )
             rest.clear()
             try:
@@ -197,7 +201,9 @@ class Gateway:
                 raise
 
         what = kind.describe(meta.get("namespace"), meta["name"])
-        return with_retries(post, what=what, write=True, attempts=attempts)
+        return with_retries(
+            post, what=what, server=self._transport.server, write=True, attempts=attempts
+        )
 
     def served_resources(self, group: str, version: str) -> set[str]:
         """The resources the API server serves in one group version (discovery).
@@ -207,7 +213,9 @@ class Gateway:
         path = f"/apis/{group}/{version}" if group else f"/api/{version}"
         try:
             found = with_retries(
-                lambda: self._transport.json("GET", path), what=f"{group}/{version}"
+                lambda: self._transport.json("GET", path),
+                what=f"{group}/{version}",
+                server=self._transport.server,
             )
         except NotFound:
             return set()
@@ -220,7 +228,11 @@ class Gateway:
         """
         body = {"apiVersion": f"{kind.group}/{kind.version}", "kind": kind.name, "spec": spec}
         path = kind.path()
-        return with_retries(lambda: self._transport.json("POST", path, body=body), what=kind.name)
+        return with_retries(
+            lambda: self._transport.json("POST", path, body=body),
+            what=kind.name,
+            server=self._transport.server,
+        )
 
     def update(
         self,
@@ -238,6 +250,7 @@ class Gateway:
         return with_retries(
             lambda: self._transport.json("PUT", path, body=sent, timeout=timeout),
             what=kind.describe(meta.get("namespace"), meta["name"]),
+            server=self._transport.server,
             write=True,
             attempts=attempts,
         )
@@ -253,6 +266,7 @@ class Gateway:
                 "PATCH", path, body=dict(body), query=query, content_type=APPLY_PATCH
             ),
             what=f"{kind.describe(meta.get('namespace'), meta['name'])} status",
+            server=self._transport.server,
             write=True,
         )
 
@@ -303,7 +317,8 @@ class Gateway:
             raise error_for(e, what) from e
         except urllib3.exceptions.HTTPError as e:  # cut, reset or stalled: run it again
             self._transport.out_of_time(f"during {what}")
-            raise Transient(f"{what}: connection lost: {type(e).__name__}") from e
+            server = self._transport.server
+            raise Transient(f"{what}: connection lost with {server}: {why_unreachable(e)}") from e
 
     # The project's requests, in its own words
 

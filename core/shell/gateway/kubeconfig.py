@@ -1,13 +1,17 @@
 """Which cluster, with which credentials: in-cluster config inside a pod, else a kubeconfig.
 
 The namespace a step acts in when none is given is resolved here too, as kubectl resolves it.
-Every way a kubeconfig can be wrong (missing, not a mapping, no such context, unloadable)
-is one BadInput line naming the file, never a traceback.
+Every way a kubeconfig can be wrong (missing, not a mapping, no such context or user, an
+exec plugin missing or failing, a server that is not a URL, unloadable) is one BadInput line
+naming the file, never a traceback, and is found before any request is sent.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -64,21 +68,95 @@ def load(*, kubeconfig: Path | None, context: str | None) -> Configuration:
             else f"none of the kubeconfig files {where} exists"
         )
     try:
-        if in_cluster:
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        else:
-            config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=str(kubeconfig) if kubeconfig else None,
-                context=context,
-                client_configuration=configuration,
-            )
+        with _errors_logged() as logged:
+            if in_cluster:
+                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            else:
+                config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=str(kubeconfig) if kubeconfig else None,
+                    context=context,
+                    client_configuration=configuration,
+                )
     except _unreadable() as e:
         if files and context is not None:
             _check_context(kubeconfig, context, where=where)
         if isinstance(e, TypeError | AttributeError):
             raise BadInput(f"kubeconfig {where} is not a kubeconfig (no mapping)") from e
-        raise BadInput(f"cannot load cluster credentials: {e}".replace("\n", " ")) from e
+        raise BadInput(f"cannot load cluster credentials: {_one_line(str(e))}") from e
+    if logged:
+        # The client logs (and so swallows) what its exec plugin did wrong, then goes on
+        # without credentials: each request would fail as if the server were down (75).
+        raise BadInput(
+            f"kubeconfig {where}: its exec credential plugin failed: {_one_line(logged[0])}"
+        )
+    if not in_cluster:
+        _check_user(kubeconfig, context, where=where)
+    check_server(configuration.host, where=f"kubeconfig {where}" if files else "in-cluster config")
     return configuration
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+@contextlib.contextmanager
+def _errors_logged() -> Iterator[list[str]]:
+    """What the kubernetes client logs at ERROR (its exec plugin's failure), kept, not printed.
+
+    The client logs through the root logger; with no handler there, the first `logging.error`
+    would install one that prints to stderr for the rest of the process (a line that is not
+    the step's own). A handler of our own stops that and keeps the message.
+    """
+    kept: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            kept.append(record.getMessage())
+
+    handler = Keep(logging.ERROR)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield kept
+    finally:
+        root.removeHandler(handler)
+
+
+def check_server(server: str, *, where: str) -> None:
+    """BadInput unless `server` is a URL a request can be sent to: http(s)://HOST[:PORT].
+
+    `where` names what gave it: `kubeconfig FILE`, or the in-cluster config.
+    """
+    from urllib3.exceptions import LocationParseError
+    from urllib3.util import parse_url
+
+    try:
+        url = parse_url(server)
+    except LocationParseError:
+        url = None
+    if url is None or url.scheme not in ("https", "http") or not url.host:
+        raise BadInput(
+            f"{where}: the cluster's server {server!r} is not a URL (give https://HOST[:PORT])"
+        )
+
+
+def _check_user(kubeconfig: Path | None, context: str | None, *, where: str) -> None:
+    """BadInput when the context names a user the kubeconfig does not have, as kubectl says.
+
+    The client would go on without credentials, and every request be refused as anonymous.
+    """
+    from kubernetes.config.kube_config import KubeConfigMerger
+
+    try:
+        # Merged and looked up as the client does (its merger, not a copy of its rules).
+        merged = KubeConfigMerger(os.pathsep.join(map(str, kubeconfig_files(kubeconfig)))).config  # type: ignore[no-untyped-call]
+        chosen = context or merged["current-context"]
+        user = merged["contexts"].get_with_name(chosen)["context"].safe_get("user")
+        found = bool(merged.safe_get("users")) and merged["users"].get_with_name(user, safe=True)
+    except _unreadable():
+        return  # loaded, yet not readable again: the load said all it could
+    if user and not found:
+        raise BadInput(f"kubeconfig {where}: user {user} of context {chosen} is not in it")
 
 
 def _check_context(kubeconfig: Path | None, context: str, *, where: str) -> None:

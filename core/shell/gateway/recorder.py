@@ -13,7 +13,7 @@ from dispatch_k8s.core.rules import events
 from dispatch_k8s.core.rules.errors import Fenced, OutOfTime
 from dispatch_k8s.core.shell import clock
 from dispatch_k8s.core.shell.gateway import kinds
-from dispatch_k8s.core.shell.gateway.api_errors import ApiError
+from dispatch_k8s.core.shell.gateway.api_errors import ApiError, why_unreachable
 from dispatch_k8s.core.shell.gateway.transport import Transport
 
 EVENT_TIMEOUT: Final = 5  # seconds: an Event is best effort and must not hold a step up
@@ -61,7 +61,7 @@ def post_event(
         )
         return False
     except urllib3.exceptions.HTTPError as e:
-        logger.warning(f"cannot record Event {event['reason']}: {type(e).__name__}")
+        logger.warning(f"cannot record Event {event['reason']}: {why_unreachable(e)}")
         return False
     except Fenced:
         return False  # this replica no longer leads: the next leader records it

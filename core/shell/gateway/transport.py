@@ -102,6 +102,11 @@ class Transport:
         self._timed = timed
         self._unsent: list[dict[str, Any]] = []
 
+    @property
+    def server(self) -> str:
+        """The API server's URL, as the kubeconfig or the in-cluster config names it."""
+        return str(self.api.configuration.host)
+
     def send(
         self,
         method: str,

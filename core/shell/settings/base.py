@@ -7,12 +7,12 @@ controller/settings.py.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, ClassVar, Final
 
 from loguru import logger
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -20,6 +20,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from dispatch_k8s.core.rules import names
+from dispatch_k8s.core.rules.errors import BadInput
 from dispatch_k8s.core.shell.gateway.kubeconfig import DEFAULT_NAMESPACE, resolve_namespace
 from dispatch_k8s.core.shell.literals import DryRun, LogLevel, OutputFormat
 from dispatch_k8s.core.shell.settings.flags import ENV_NAMES, ENV_PREFIX, doc, flag_name
@@ -50,6 +52,23 @@ def parse_duration(value: object) -> object:
         return sum(float(n) * _UNIT_NUMBER[unit] for n, unit in _DURATION_PART.findall(text))
     raise ValueError(f"{value!r} is no duration: give one as 30s, 1m30s or 0 (none), or seconds")
 
+
+def _refusing(problem: Callable[[str], str | None]) -> AfterValidator:
+    """A validator that refuses a value as `problem` says why (core/rules/names.py)."""
+
+    def check(value: str) -> str:
+        told = problem(value)
+        if told is not None:
+            raise ValueError(told)
+        return value
+
+    return AfterValidator(check)
+
+
+# Names checked as the API server checks them, so a bad one is exit 2 before any request.
+Namespace = Annotated[str, _refusing(names.namespace_problem)]
+TrainJobName = Annotated[str, _refusing(names.trainjob_name_problem)]
+ObjectName = Annotated[str, _refusing(names.object_name_problem)]
 
 NAMESPACE_DEFAULT: Final = (
     "the kubeconfig context's namespace, else (in a pod) the ServiceAccount's namespace, "
@@ -135,8 +154,15 @@ class ClusterSettings(BaseSettings):
         return init_settings, _Environment(settings_cls), dotenv_settings, file_secret_settings
 
     def default_namespace(self) -> str:
-        """The namespace when none is given, as kubectl resolves it (NAMESPACE_DEFAULT)."""
-        return resolve_namespace(kubeconfig=self.kubeconfig, context=self.context)
+        """The namespace when none is given, as kubectl resolves it (NAMESPACE_DEFAULT).
+
+        Checked as a namespace given is: a kubeconfig may name any string.
+        """
+        namespace = resolve_namespace(kubeconfig=self.kubeconfig, context=self.context)
+        problem = names.namespace_problem(namespace)
+        if problem is not None:
+            raise BadInput(f"the namespace of the kubeconfig's context: {problem}")
+        return namespace
 
 
 class StepSettings(ClusterSettings):
@@ -217,20 +243,20 @@ CHECK_DOC: Final = doc(
 class NamespacedSettings(StepSettings):
     """A step that acts in one namespace: the one given, else the one kubectl would use."""
 
-    namespace: Annotated[str, NAMESPACE_DOC] = DEFAULT_NAMESPACE
+    namespace: Annotated[Namespace, NAMESPACE_DOC] = DEFAULT_NAMESPACE
 
 
 class TrainJobSettings(NamespacedSettings, WritingSettings):
     """A step that writes one TrainJob."""
 
-    name: Annotated[str, doc("The TrainJob's name.", metavar="NAME", default="required")]
+    name: Annotated[TrainJobName, doc("The TrainJob's name.", metavar="NAME", default="required")]
 
 
 class TargetSettings(NamespacedSettings):
     """One TrainJob, or every dispatch-managed one of the namespace."""
 
     name: Annotated[
-        str | None,
+        TrainJobName | None,
         doc(
             "The TrainJob to audit.",
             metavar="NAME",

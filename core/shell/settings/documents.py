@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from dispatch_k8s.core.rules import shapes
 from dispatch_k8s.core.rules.errors import BadInput
 
 
@@ -28,7 +29,10 @@ def read_document(path: Path, *, what: str) -> dict[str, Any]:
         reason = str(e).splitlines()[0]
         raise BadInput(f"{what} {path} is not valid {path.suffix or 'YAML'}: {reason}") from e
     if not isinstance(document, dict):
-        raise BadInput(f"{what} {path} must hold one mapping, not {type(document).__name__}")
+        found = "is empty" if document is None else f"holds {shapes.kind_word(document)}"
+        raise BadInput(
+            f"{what} {path} {found}: it must hold one mapping (key: value lines, or a JSON object)"
+        )
     return document
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from dataclasses import dataclass
 from typing import Final
 
 from pydantic.fields import FieldInfo
@@ -72,9 +73,9 @@ def _indented(text: str, indent: int) -> str:
     )
 
 
-def exit_code_lines() -> list[str]:
-    """Every exit code a step leaves with, and when (docs/cli.md: Exit codes)."""
-    lines = [(0, "Done, including an idempotent no-op."), (1, "A bug: the traceback is on stderr.")]
+def exit_codes() -> list[tuple[int, str]]:
+    """Every exit code a step leaves with, and when: its error class's (docs/cli.md: Exit codes)."""
+    codes = [(0, "Done, including an idempotent no-op."), (1, "A bug: the traceback is on stderr.")]
     for error in (
         errors.BadInput,
         errors.PreconditionFailed,
@@ -84,44 +85,72 @@ def exit_code_lines() -> list[str]:
         errors.Foreign,
         errors.Transient,
     ):
-        lines.append((error.exit_code, (error.__doc__ or "").strip().splitlines()[0]))
-    return [f"  {code:<4}{text}" for code, text in lines]
+        codes.append((error.exit_code, (error.__doc__ or "").strip().splitlines()[0]))
+    return codes
 
 
-def render_help(cls: type[ClusterSettings], *, prog: str, about: str, example: str) -> str:
-    """The step's --help: what it does, each flag (meaning, default, env), exit codes, example."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlagEntry:
+    """One flag as --help tells it (and docs/cli.md's generated reference)."""
+
+    flag: str  # `-n, --namespace NAMESPACE`
+    env: str  # `DISPATCH_NAMESPACE`
+    env_form: str  # how the variable spells a list or a mapping: `, a JSON list`
+    meaning: str
+    default: str  # `Default: …` or `Required…`, in words
+    required: bool
+
+
+def flag_entries(cls: type[ClusterSettings]) -> list[FlagEntry]:
+    """Each flag of `cls`, its own first and the shared ones (StepSettings') after, in order."""
     common = [name for name in StepSettings.model_fields if name in cls.model_fields]
     fields = [name for name in cls.model_fields if name not in common] + common
-    required = [
-        f"{flag_name(name)} {_extra(cls.model_fields[name], 'metavar') or 'VALUE'}"
-        for name in fields
-        if cls.model_fields[name].is_required()
-    ]
-    lines = [f"usage: {prog} {' '.join([*required, '[flags]'])}", ""]
-    lines += [*about.strip().splitlines(), ""]
-    over_file = ", and either over --request-file" if "request_file" in fields else ""
-    header = f"flags (each also set by the environment variable named; a flag wins{over_file}):"
-    lines.append(_indented(header, 0))
+    entries = []
     for name in fields:
         info = cls.model_fields[name]
         metavar = _extra(info, "metavar")
         short = f"{SHORT_FLAGS[name]}, " if name in SHORT_FLAGS else ""
-        flag = f"{short}{flag_name(name)}{f' {metavar}' if metavar else ''}"
-        lines.append(f"  {flag}  (env {env_name(name)}{_env_form(info)})")
         default = _default_text(info)
         needed = default.startswith("required")
-        ending = f"R{default[1:]}." if needed else f"Default: {default}."
-        lines.append(_indented(f"{info.description or ''} {ending}", 6))
+        entries.append(
+            FlagEntry(
+                flag=f"{short}{flag_name(name)}{f' {metavar}' if metavar else ''}",
+                env=env_name(name),
+                env_form=_env_form(info),
+                meaning=info.description or "",
+                default=f"R{default[1:]}." if needed else f"Default: {default}.",
+                required=info.is_required(),
+            )
+        )
+    return entries
+
+
+# The flags every command takes beside its settings, as --help tells them.
+BUILT_IN_FLAGS: Final = (
+    (VERBOSE, "Log at debug level: the same as --log-level debug."),
+    ("-h, --help", "Show this help and exit."),
+    ("--version", f"Show the version of {DISTRIBUTION} and exit."),
+)
+
+
+def render_help(cls: type[ClusterSettings], *, prog: str, about: str, example: str) -> str:
+    """The step's --help: what it does, each flag (meaning, default, env), exit codes, example."""
+    entries = flag_entries(cls)
+    required = [entry.flag.split(", ")[-1] for entry in entries if entry.required]
+    lines = [f"usage: {prog} {' '.join([*required, '[flags]'])}", ""]
+    lines += [*about.strip().splitlines(), ""]
+    over_file = ", and either over --request-file" if "request_file" in cls.model_fields else ""
+    header = f"flags (each also set by the environment variable named; a flag wins{over_file}):"
+    lines.append(_indented(header, 0))
+    for entry in entries:
+        lines.append(f"  {entry.flag}  (env {entry.env}{entry.env_form})")
+        lines.append(_indented(f"{entry.meaning} {entry.default}", 6))
+    for flag, meaning in BUILT_IN_FLAGS:
+        lines += [f"  {flag}", _indented(meaning, 6)]
     lines += [
-        f"  {VERBOSE}",
-        _indented("Log at debug level: the same as --log-level debug.", 6),
-        "  -h, --help",
-        _indented("Show this help and exit.", 6),
-        "  --version",
-        _indented(f"Show the version of {DISTRIBUTION} and exit.", 6),
         "",
         "exit codes:",
-        *exit_code_lines(),
+        *(f"  {code:<4}{text}" for code, text in exit_codes()),
         "",
         "example:",
         *(f"  {line}" for line in example.strip().splitlines()),

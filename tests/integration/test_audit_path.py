@@ -26,6 +26,7 @@ from tests.support.lifecycle import (
     Step,
     add_foreign_admission_entry,
     as_dict,
+    rank_made_again,
     read_trainjob,
     run_stage,
     start_args,
@@ -195,3 +196,42 @@ def test_audit_all_flags_the_reset_job_and_records_the_others(
     code, lines = audit_all(control_plane, namespace)
     assert code == 7, "the flag stays until a person clears it"
     assert {line["name"]: line["recorded"] for line in lines}[clean] is False, "nothing new"
+
+
+def test_a_rank_scaled_away_and_back_is_flagged_whichever_slot(
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    api_client: client.ApiClient,
+    custom: client.CustomObjectsApi,
+) -> None:
+    """Issue 43, part 2: a two-rank job's trainer Job scaled 2 -> 1 -> 2 makes rank 1 again
+    under the same A and J; the audit recorded every slot, so rank 1 is found, not only the
+    lowest slot; the Job's spec while scaled is not its JobSet template's."""
+    result = step("start", *start_args(namespace, torch_runtime, "scaled", num_nodes="2"))
+    assert result.code == 0, result.error
+    name = str(result.result["name"])
+    assert run_stage(step, "unsuspend", "--namespace", namespace, "--name", name).code == 0
+    wait_until(
+        lambda: len(kubelet.pods(name, restart=0)) == 2 or None,
+        what=f"both ranks of {name}",
+        timeout=DEADLINE,
+    )
+    assert run_stage(step, "audit", "--namespace", namespace, "--name", name).code == 0
+    record = read_trainjob(custom, namespace, name)["metadata"]["annotations"]
+    assert '"node/0/0":' in record[wire.LAST_EXECUTION_ANNOTATION]
+    assert '"node/0/1":' in record[wire.LAST_EXECUTION_ANNOTATION]
+    client.BatchV1Api(api_client).patch_namespaced_job(
+        f"{name}-node-0", namespace, {"spec": {"backoffLimit": 2}}
+    )
+    assert f"Job {name}-node-0 spec.backoffLimit is 2, not 0" in audited(step, namespace, name)
+    client.BatchV1Api(api_client).patch_namespaced_job(
+        f"{name}-node-0", namespace, {"spec": {"backoffLimit": 0}}
+    )
+    first, again = rank_made_again(api_client, kubelet, name)
+    error = audited(step, namespace, name)
+    assert (
+        f"pod {again['metadata']['name']} began an execution with R = 1 in slot node/0/1" in error
+    )
+    assert f"pod UID {first['metadata']['uid']} already had" in error

@@ -97,7 +97,7 @@ def test_the_store_s_audit_decides_as_the_namespace_audit_does() -> None:
     pods = [pod_dict("first", completion_index="0"), repeated, restarted]
     for pod in pods:
         pod["spec"] = {"containers": [trainer(TOKEN)], "volumes": [{"name": "v"}]}
-    recorded = audit.Execution(r=1, slot="node/0/0", pod="pod-uid-0").text()
+    recorded = audit.Execution(r=1, pods={"node/0/0": "pod-uid-0"}).text()
     job = trainjob_dict(jobset_uid=UID, last_execution=recorded)
     for pod in pods:
         pod["metadata"]["managedFields"] = [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]

@@ -22,11 +22,13 @@ from tests.support.cluster_under_test import Cluster
 from tests.support.lifecycle import (
     BIN,
     DEADLINE,
+    TRAINER,
     Kubelet,
     Step,
     add_foreign_admission_entry,
     as_dict,
     rank_made_again,
+    read_jobset,
     read_trainjob,
     run_stage,
     start_args,
@@ -196,6 +198,46 @@ def test_audit_all_flags_the_reset_job_and_records_the_others(
     code, lines = audit_all(control_plane, namespace)
     assert code == 7, "the flag stays until a person clears it"
     assert {line["name"]: line["recorded"] for line in lines}[clean] is False, "nothing new"
+
+
+def test_audit_all_sees_a_copy_of_a_job_under_another_name(
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    custom: client.CustomObjectsApi,
+    control_plane: Cluster,
+) -> None:
+    """A running job copied from `kubectl get -o yaml` under a name listed after it runs the
+    original's trainer token: `--all` compares the copy's pods with the original's records, as
+    `--name` of the original does, not with the last listed's alone (issue 43, part 4)."""
+    original = opened(step, kubelet, namespace, torch_runtime, "copied")
+    assert audit_all(control_plane, namespace)[0] == 0, "records the original's JobSet"
+    live = read_trainjob(custom, namespace, original)
+    copy_name = f"zz-{original}"  # listed after the original: Claims once kept the last only
+    meta = live["metadata"]
+    body = {
+        "apiVersion": live["apiVersion"],
+        "kind": live["kind"],
+        "metadata": {
+            "name": copy_name,
+            "namespace": namespace,
+            "labels": meta.get("labels", {}),
+            "annotations": meta.get("annotations", {}),
+        },
+        "spec": live["spec"],
+    }
+    custom.create_namespaced_custom_object(*TRAINER, namespace, "trainjobs", body)
+    kubelet.wait_for_pod(copy_name, restart=0, admission=1)
+    copy_uid = read_jobset(custom, namespace, copy_name)["metadata"]["uid"]
+
+    code, lines = audit_all(control_plane, namespace)
+    assert code == 7
+    findings = {line["name"]: line["findings"] for line in lines}
+    assert findings[original] >= 1, "the original sees the copy's pods"
+    assert findings[copy_name] >= 1, "the copy is its identity made again (the ledger)"
+    cause = read_trainjob(custom, namespace, original)["metadata"]["annotations"]
+    assert f"JobSet UID {copy_uid} is not the recorded" in cause[wire.FOREIGN_CAUSE_ANNOTATION]
 
 
 def test_a_rank_scaled_away_and_back_is_flagged_whichever_slot(

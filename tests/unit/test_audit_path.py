@@ -370,6 +370,21 @@ def test_claims_route_each_object_to_the_trainjobs_that_own_it_once() -> None:
     assert claims.owners_of_pod({"metadata": {}}) == []
 
 
+def test_a_copy_under_another_name_is_claimed_by_every_trainjob_of_its_token() -> None:
+    """`dispatch-audit --all` (issue 43): the original listed first, its copy (the same trainer
+    token, from `kubectl get -o yaml`) after it; the copy's pods are the original's to compare
+    too, as `--name` of the original claims them, not only the last listed's."""
+    claims: ownership.Claims[str] = ownership.Claims()
+    for name in ("original", "the-copy"):
+        lineage = ownership.Lineage(name=name, jobset_uid=f"{name}-js", token=TOKEN)
+        claims.add(lineage, name, uids=[f"{name}-job"])
+    copy_pod = trainer_pod()
+    copy_pod["metadata"]["labels"][JOBSET_NAME_KEY] = "the-copy"
+    copy_pod["metadata"]["ownerReferences"] = [{"kind": "Job", "uid": "the-copy-job"}]
+    assert claims.owners_of_pod(copy_pod) == ["the-copy", "original"]
+    assert ownership.lineage_of(trainjob(), jobset()).claims_pod(copy_pod), "as --name does"
+
+
 @pytest.mark.parametrize(
     "argv",
     [[], ["--name", "a", "--all"], ["--all", "--selector", "team=a"]],

@@ -188,6 +188,11 @@ class Auditor:
                 if stream is TRAINJOBS:
                     self._manage(key)
             self._changed(key)
+            if stream in (JOBS, PODS):
+                # A copy of a TrainJob under another name runs the original's token: its pods
+                # are the original's to compare as well (core.rules.ownership.Claims).
+                for other in self.store.sharing_token(stream.kind, obj) - {key}:
+                    self._changed(other)
             if seen is not None and seen[1] != key:
                 self._changed(seen[1])
 

@@ -26,6 +26,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import wire
+from dispatch_k8s.core.rules.audit import Execution
 from tests.cluster import kube
 from tests.cluster.wait import wait_until
 from tests.support.cluster_under_test import Cluster
@@ -48,7 +49,8 @@ from tests.support.step_identity import install_identity
 pytestmark = pytest.mark.integration
 OTHER_MANAGER: Final = "example.com/other"
 MERGE_PATCH: Final = "application/merge-patch+json"
-# What the audit records of an execution (core/rules/audit.py Execution.text).
+LAST: Final = wire.LAST_EXECUTION_ANNOTATION
+# What the audit recorded of an execution before it kept every slot (read, and upgraded).
 RECORDED: Final = {"pod": "uid-of-the-first", "r": 3, "slot": "node/0/0"}
 
 
@@ -233,6 +235,38 @@ def test_the_records_may_be_raised_and_a_new_jobset_accepted(
     )
     annotations = read_trainjob(custom, namespace, started)["metadata"]["annotations"]
     assert {key: annotations[key] for key in changes} == changes
+
+
+def test_at_the_same_r_the_audits_record_only_gains_slots(
+    started: str,
+    namespace: str,
+    member: client.ApiClient,
+    custom: client.CustomObjectsApi,
+) -> None:
+    """The record of the earlier format is upgraded to one of a slot per pod, keeping its
+    slot; a slot seen later is appended; a recorded slot is never dropped or given another pod
+    (its rank made again would not be found)."""
+    first = {"node/0/0": "uid-of-the-first"}
+    upgraded = Execution(r=3, pods=first).text()
+    appended = Execution(r=3, pods={**first, "node/0/1": "uid-of-rank-1"}).text()
+    members = client.CustomObjectsApi(member)
+
+    def record(text: str) -> Any:
+        return members.patch_namespaced_custom_object(
+            *TRAINER, namespace, "trainjobs", started, _records({LAST: text})({})
+        )
+
+    for text in (upgraded, appended):
+        record(text)
+        assert read_trainjob(custom, namespace, started)["metadata"]["annotations"][LAST] == text
+    for pods in (
+        {"node/0/1": "uid-of-rank-1"},  # slot node/0/0 dropped
+        {"node/0/0": "uid-of-a-rerun", "node/0/1": "uid-of-rank-1"},  # another pod for it
+        {"node/0/1": "uid-of-rank-1", **first},  # the same slots, the first moved
+    ):
+        text = Execution(r=3, pods=pods).text()
+        refused_with("keep-last-execution", lambda: record(text))  # noqa: B023
+    assert read_trainjob(custom, namespace, started)["metadata"]["annotations"][LAST] == appended
 
 
 def test_the_steps_identity_cannot_move_our_patch_to_another_replicated_job(

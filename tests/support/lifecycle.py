@@ -377,6 +377,39 @@ def start_args(namespace: str, runtime: str, job_id: str, **extra: str) -> list[
     return [*flags, *request_flags(job_id, args=False, extra=extra)]
 
 
+def rank_made_again(
+    api: client.ApiClient, kubelet: Kubelet, name: str, *, rank: str = "1"
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Scale the two-rank trainer Job of TrainJob `name` to one rank and back, as a member can
+    where the path guard is not installed (issue 43): rank `rank`'s pod goes without failing
+    (no restart, J stays) and the Job controller makes it again from the same template, with
+    the same A and J. Returns the rank's pod before and after."""
+    batch, job = client.BatchV1Api(api), f"{name}-node-0"
+
+    def of_rank() -> dict[str, Any] | None:
+        for pod in kubelet.pods(name, restart=0):
+            if pod["metadata"]["labels"].get(wire.COMPLETION_INDEX_KEY) == rank:
+                return pod
+        return None
+
+    first = wait_until(of_rank, what=f"rank {rank} of {name}", timeout=DEADLINE)
+    batch.patch_namespaced_job(
+        job, kubelet.namespace, {"spec": {"parallelism": 1, "completions": 1}}
+    )
+    wait_until(lambda: of_rank() is None or None, what=f"rank {rank} gone", timeout=DEADLINE)
+    batch.patch_namespaced_job(
+        job, kubelet.namespace, {"spec": {"parallelism": 2, "completions": 2}}
+    )
+
+    def again() -> dict[str, Any] | None:
+        pod = of_rank()
+        return (
+            pod if pod is not None and pod["metadata"]["uid"] != first["metadata"]["uid"] else None
+        )
+
+    return first, wait_until(again, what=f"rank {rank} of {name} made again", timeout=DEADLINE)
+
+
 def start_queued(
     step: Step, namespace: str, runtime: str, kueue: KueueSetup, job_id: str
 ) -> StepRun:

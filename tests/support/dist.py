@@ -20,12 +20,31 @@ from tests.support.shipped import REPO, Manifest, version
 CONFIG: Final = REPO / "config"
 DIST: Final = REPO / "dist"
 # Bundle file -> the overlay it is rendered from.
-BUNDLES: Final = {"install.yaml": "plain", "install-kueue.yaml": "kueue"}
+BUNDLES: Final = {
+    "install.yaml": "plain",
+    "install-kueue.yaml": "kueue",
+    "install-guard-only.yaml": "plain-guard-only",
+}
+# The kinds the bundles hold with no namespace.
+CLUSTER_SCOPED: Final = frozenset(
+    {
+        "Namespace",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ClusterTrainingRuntime",
+        "AdmissionCheck",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
+    }
+)
 OVERLAYS: Final = (
     "default",
     "plain",
     "kueue",
     "policies-guard-only",
+    "plain-guard-only",
     "monitoring",
     "argo",
     "tekton",

@@ -91,6 +91,7 @@ VALIDATING_POLICIES: Final = (
     "dispatch-k8s-guard-jobsets",
     "dispatch-k8s-guard-jobs",
     "dispatch-k8s-guard-pods",
+    "dispatch-k8s-guard-snapshots",
 )
 MUTATING_POLICIES: Final = ("dispatch-k8s-raise-on-open",)
 

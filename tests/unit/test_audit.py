@@ -6,7 +6,7 @@ import copy
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Final
 
 import pytest
 from hypothesis import given
@@ -23,6 +23,8 @@ from dispatch_k8s.core.rules.audit import (
     decide_annotations,
     with_annotations,
 )
+from dispatch_k8s.core.rules.snapshot import Snapshot
+from dispatch_k8s.core.rules.trainjob import runtime_seen
 from dispatch_k8s.core.rules.wire import (
     ADMISSION_ANNOTATION,
     ADMISSION_FLOOR_ANNOTATION,
@@ -679,10 +681,10 @@ def test_the_live_jobset_is_checked_against_the_rules_no_annotation_waives() -> 
 
 def test_a_runtime_changed_or_gone_since_start_is_a_finding() -> None:
     job = trainjob_dict(jobset_uid=UID)
-    job["metadata"]["annotations"]["dispatch.phpboyscout.uk/runtime"] = "rt-uid 1"
     job["spec"]["runtimeRef"] = {"kind": "ClusterTrainingRuntime", "name": "torch"}
-    same = {"metadata": {"uid": "rt-uid", "generation": 1}}
-    edited = {"metadata": {"uid": "rt-uid", "generation": 2}}
+    same = {"metadata": {"uid": "rt-uid", "generation": 1}, "spec": RUNTIME_SPEC}
+    job["metadata"]["annotations"]["dispatch.phpboyscout.uk/runtime"] = runtime_seen(same)
+    edited = {"metadata": {"uid": "rt-uid", "generation": 2}, "spec": RUNTIME_SPEC}
 
     def found(runtime_now: dict[str, Any] | None) -> list[str]:
         findings, _ = decide_audit(job, jobset_dict(), pods=iter(()), runtime_now=runtime_now)
@@ -691,11 +693,66 @@ def test_a_runtime_changed_or_gone_since_start_is_a_finding() -> None:
     assert found(same) == []
     [changed] = found(edited)
     assert changed.startswith(
-        "ClusterTrainingRuntime torch changed since start checked it (UID and generation "
-        "rt-uid 1, is now rt-uid 2)"
+        "ClusterTrainingRuntime torch changed since start checked it (UID, generation and spec "
+        f"digest {runtime_seen(same)}, is now rt-uid 2 "
     )
     [gone] = found(None)
-    assert "rt-uid 1, is gone" in gone
+    assert f"{runtime_seen(same)}, is gone" in gone
+    # A record made before the digest: the UID and generation alone are compared.
+    job["metadata"]["annotations"]["dispatch.phpboyscout.uk/runtime"] = "rt-uid 1"
+    assert (found(same), len(found(edited))) == ([], 1)
+
+
+RUNTIME_SPEC: Final[dict[str, Any]] = {
+    "template": {
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "node",
+                    "template": {
+                        "spec": {
+                            "backoffLimit": 0,
+                            "template": {"spec": {"restartPolicy": "Never", "containers": []}},
+                        }
+                    },
+                }
+            ]
+        }
+    }
+}
+
+
+def test_the_snapshot_a_job_is_built_from_is_judged_instead_of_the_runtime() -> None:
+    job = trainjob_dict(jobset_uid=UID)
+    job["metadata"]["uid"] = "tj-uid"
+    job["spec"]["runtimeRef"] = {"kind": "ClusterTrainingRuntime", "name": "torch"}
+    checked = {"metadata": {"uid": "rt-uid", "generation": 1}, "spec": RUNTIME_SPEC}
+    job["metadata"]["annotations"]["dispatch.phpboyscout.uk/runtime"] = runtime_seen(checked)
+    # Go's YAML of the same runtime: empty values spelled out, a quantity as text.
+    as_go_writes = copy.deepcopy(checked)
+    replicated = as_go_writes["spec"]["template"]["spec"]["replicatedJobs"][0]
+    replicated["template"]["metadata"] = {"creationTimestamp": None}
+    replicated["template"]["spec"]["template"]["spec"]["containers"] = []
+    replicated["replicas"] = None
+    edited = copy.deepcopy(checked)
+    pod = edited["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    pod["podFailurePolicy"] = {"rules": [{"action": "Ignore", "onExitCodes": {"values": [42]}}]}
+
+    def found(taken: Snapshot) -> list[str]:
+        findings, _ = decide_audit(job, jobset_dict(), pods=iter(()), runtime_now=taken)
+        return reasons(findings)
+
+    name = f"{NAME}-runtime-snapshot"
+    assert found(Snapshot(name=name, owner_uid="tj-uid", runtime=as_go_writes)) == []
+    [changed] = found(Snapshot(name=name, owner_uid="tj-uid", runtime=edited))
+    assert changed.startswith(
+        f"runtime snapshot ConfigMap {name}, the copy of ClusterTrainingRuntime torch Trainer "
+        "builds the job from, changed since start checked it"
+    )
+    [foreign] = found(Snapshot(name=name, owner_uid="other", runtime=checked))
+    assert "is not controlled by the TrainJob (UID tj-uid, its controller's is other)" in foreign
+    [empty] = found(Snapshot(name=name, owner_uid="tj-uid", runtime=None))
+    assert empty.endswith("holds no runtime under key runtime")
 
 
 def test_a_trainer_child_job_edited_by_hand_is_a_finding() -> None:

@@ -12,6 +12,7 @@ from typing import Any, Final
 from dispatch_k8s.core.rules import ownership, runtime, shapes
 from dispatch_k8s.core.rules.audit.findings import Finding, FindingKind
 from dispatch_k8s.core.rules.identity import IdentityError, parse_counter
+from dispatch_k8s.core.rules.snapshot import Snapshot
 from dispatch_k8s.core.rules.trainjob import runtime_seen
 from dispatch_k8s.core.rules.wire import (
     ADMISSION_ANNOTATION,
@@ -24,6 +25,7 @@ from dispatch_k8s.core.rules.wire import (
     RESERVED_ENV_PREFIX,
     RESTART_ATTEMPT_KEY,
     RUNTIME_SEEN_ANNOTATION,
+    RUNTIME_SNAPSHOT_KEY,
     TRAINER_CONTAINER,
 )
 
@@ -272,24 +274,51 @@ def check_jobset_spec(jobset: Mapping[str, Any]) -> Iterator[Finding]:
 
 
 def check_runtime(
-    trainjob: Mapping[str, Any], runtime_now: Mapping[str, Any] | None
+    trainjob: Mapping[str, Any], built_from: Mapping[str, Any] | Snapshot | None
 ) -> Iterator[Finding]:
-    """The runtime start checked, compared with the one there now."""
+    """The runtime start checked, compared with what the job is built from now.
+
+    That is Trainer's snapshot of it where the job has one (Trainer v2.3.0 and later), else the
+    runtime as it is (v2.2.1, or before the first reconcile, or a copy deleted: Trainer copies
+    it again).
+    """
     recorded = shapes.annotations_of(trainjob).get(RUNTIME_SEEN_ANNOTATION)
     if not isinstance(recorded, str):
         return  # started before the record existed, or by hand
     ref = shapes.at(trainjob, "spec", "runtimeRef")
     what = f"{shapes.word(ref.get('kind'))} {shapes.word(ref.get('name'))}"
-    now = runtime_seen(runtime_now) if runtime_now is not None else None
-    if now == recorded:
+    runtime_now = built_from
+    if isinstance(built_from, Snapshot):
+        copy = (
+            f"runtime snapshot ConfigMap {built_from.name}, the copy of {what} Trainer builds "
+            "the job from,"
+        )
+        uid = shapes.mapping(trainjob.get("metadata")).get("uid")
+        if built_from.owner_uid != uid:
+            yield Finding(
+                kind=FindingKind.RUNTIME_CHANGED,
+                reason=(
+                    f"{copy} is not controlled by the TrainJob (UID {uid}, its "
+                    f"controller's is {built_from.owner_uid}): made or given away by someone else"
+                ),
+            )
+            return
+        if built_from.runtime is None:
+            reason = f"{copy} holds no runtime under key {RUNTIME_SNAPSHOT_KEY}"
+            yield Finding(kind=FindingKind.RUNTIME_CHANGED, reason=reason)
+            return
+        what, runtime_now = copy, built_from.runtime
+    now = runtime_seen(runtime_now) if isinstance(runtime_now, Mapping) else None
+    # A record made before the digest holds the UID and generation alone.
+    if now is not None and now.split()[: len(recorded.split())] == recorded.split():
         return
-    told = "is gone" if runtime_now is None else f"is now {now}"
+    told = "is gone" if now is None else f"is now {now}"
     yield Finding(
         kind=FindingKind.RUNTIME_CHANGED,
         reason=(
-            f"{what} changed since start checked it (UID and generation {recorded}, {told}): "
-            "its restart settings may no longer pass the runtime rules; check them, and the "
-            "JobSet Trainer builds from it"
+            f"{what} changed since start checked it (UID, generation and spec digest {recorded}, "
+            f"{told}): its restart settings may no longer pass the runtime rules; check them, "
+            "and the JobSet Trainer builds from it"
         ),
     )
 

@@ -27,6 +27,7 @@ from dispatch_k8s.core.rules.audit.checks import (
 from dispatch_k8s.core.rules.audit.findings import Finding, FindingKind
 from dispatch_k8s.core.rules.audit.record import Execution, Observed
 from dispatch_k8s.core.rules.audit.trackers import ChildJobs, Executions, Restarts, Slots
+from dispatch_k8s.core.rules.snapshot import Snapshot
 from dispatch_k8s.core.rules.wire import (
     ADMISSION_ANNOTATION,
     ADMISSION_FLOOR_ANNOTATION,
@@ -61,7 +62,7 @@ class JobAudit:
         trainjob: Mapping[str, Any],
         jobset: Mapping[str, Any] | None,
         *,
-        runtime_now: Mapping[str, Any] | Unread | None = UNREAD,
+        runtime_now: Mapping[str, Any] | Snapshot | Unread | None = UNREAD,
         jobs: Iterable[Mapping[str, Any]] = (),
     ) -> None:
         self.name = shapes.word(shapes.mapping(trainjob.get("metadata")).get("name"))
@@ -87,8 +88,9 @@ class JobAudit:
         self._floor = self._read_floor(annotations.get(ADMISSION_FLOOR_ANNOTATION))
         self._highest_recorded = counter_or_none(annotations.get(HIGHEST_RESTART_ANNOTATION))
         patched_jobs, patch_values = self._check_patch(trainjob)
+        built_from = runtime_now.runtime if isinstance(runtime_now, Snapshot) else runtime_now
         trainer_jobs = trainer_jobs_of(
-            jobset, runtime_now if isinstance(runtime_now, Mapping) else None
+            jobset, built_from if isinstance(built_from, Mapping) else None
         )
         if trainer_jobs and patched_jobs and patched_jobs != trainer_jobs:
             self.findings.append(

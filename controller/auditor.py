@@ -35,6 +35,7 @@ from dispatch_k8s.controller.store import Key, own_key
 from dispatch_k8s.core.rules import erasure, ledger, shapes, wire
 from dispatch_k8s.core.rules.erasure import Erasure
 from dispatch_k8s.core.rules.errors import DispatchError, NotFound, PreconditionFailed, Transient
+from dispatch_k8s.core.rules.snapshot import Snapshot
 from dispatch_k8s.core.shell import auditing
 from dispatch_k8s.core.shell.auditing import AuditOutcome, Erasures
 from dispatch_k8s.core.shell.gateway import Gateway, kinds
@@ -188,6 +189,11 @@ class Auditor:
                 if stream is TRAINJOBS:
                     self._manage(key)
             self._changed(key)
+            if stream in (JOBS, PODS):
+                # A copy of a TrainJob under another name runs the original's token: its pods
+                # are the original's to compare as well (core.rules.ownership.Claims).
+                for other in self.store.sharing_token(stream.kind, obj) - {key}:
+                    self._changed(other)
             if seen is not None and seen[1] != key:
                 self._changed(seen[1])
 
@@ -369,8 +375,17 @@ class Auditor:
                 tries += 1
                 serve.AUDITS.labels("conflict").inc()
 
-    def _runtime(self, namespace: str, trainjob: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The runtime the TrainJob names, as read since the last resync."""
+    def _runtime(
+        self, namespace: str, trainjob: Mapping[str, Any]
+    ) -> dict[str, Any] | Snapshot | None:
+        """What the TrainJob is built from: its runtime snapshot, else the runtime it names.
+
+        The snapshot (Trainer v2.3.0 and later take one) is read afresh, the runtime as read
+        since the last resync.
+        """
+        taken = auditing.read_snapshot(self._gateway, namespace, trainjob)
+        if taken is not None:
+            return taken
         kind, name = auditing.runtime_ref(trainjob)
         memo = (namespace, kind, name)
         with self._lock:

@@ -63,6 +63,12 @@ def _marks(kind: str, namespace: str, obj: Mapping[str, Any]) -> set[Mark]:
     return found
 
 
+def _token_mark(namespace: str, trainjob: Mapping[str, Any]) -> Mark | None:
+    """The token mark of the pods a TrainJob's trainer runs, if it gives them one."""
+    token = ownership.lineage_of(trainjob, None).token
+    return None if token is None else (namespace, "token", token)
+
+
 @dataclass(frozen=True, slots=True)
 class View:
     """One TrainJob as the store holds it, with every Job and pod that may be its own."""
@@ -88,6 +94,9 @@ class Store:
         self._lock = threading.Lock()
         self._objects: dict[str, dict[Key, bytes]] = defaultdict(dict)
         self._by_mark: dict[str, dict[Mark, set[Key]]] = defaultdict(lambda: defaultdict(set))
+        # TrainJobs by the trainer token they give their pods: a copy under another name gives
+        # the same, and a change of its pods is the original's to audit too.
+        self._by_token: dict[Mark, set[Key]] = defaultdict(set)
 
     def put(self, kind: str, obj: Mapping[str, Any]) -> dict[str, Any] | None:
         """Keep the object as told now; what was kept under its key before, if anything."""
@@ -97,12 +106,24 @@ class Store:
         kept = _TRIM[kind](obj)
         packed = packing.pack(kept)
         marks = _marks(kind, key[0], kept) if kind in (JOBS, PODS) else set()
+        token = _token_mark(key[0], kept) if kind == TRAINJOBS else None
         with self._lock:
             before = self._forget(kind, key)
             self._objects[kind][key] = packed
             for mark in marks:
                 self._by_mark[kind][mark].add(key)
+            if token is not None:
+                self._by_token[token].add(key)
         return before
+
+    def sharing_token(self, kind: str, obj: Mapping[str, Any]) -> set[Key]:
+        """The TrainJobs whose trainer token a Job or pod runs, whatever its labels say."""
+        namespace = shapes.mapping(obj.get("metadata")).get("namespace")
+        if not isinstance(namespace, str):
+            return set()
+        marks = [m for m in _marks(kind, namespace, obj) if m[1] == "token"]
+        with self._lock:
+            return set().union(*(self._by_token.get(mark, ()) for mark in marks))
 
     def remove(self, kind: str, key: Key) -> None:
         """Forget the object of `key`."""
@@ -114,6 +135,11 @@ class Store:
         if packed is None:
             return None
         old = packing.unpack(packed)
+        token = _token_mark(key[0], old) if kind == TRAINJOBS else None
+        if token is not None and token in self._by_token:
+            self._by_token[token].discard(key)
+            if not self._by_token[token]:
+                del self._by_token[token]
         if kind not in (JOBS, PODS):
             return old
         index = self._by_mark[kind]

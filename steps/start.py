@@ -7,7 +7,7 @@ from typing import Any, Final
 
 from loguru import logger
 
-from dispatch_k8s.core.rules import decisions, ledger, runtime, trainjob, wire
+from dispatch_k8s.core.rules import decisions, ledger, runtime, snapshot, trainjob, wire
 from dispatch_k8s.core.rules.errors import BadInput, PreconditionFailed, Refused
 from dispatch_k8s.core.rules.request import StartRequest
 from dispatch_k8s.core.shell import runner
@@ -87,6 +87,12 @@ def _create(gateway: Gateway, wanted: Mapping[str, Any]) -> tuple[Mapping[str, A
                 log.info("TrainJob exists with the same request: nothing to do")
             return action.trainjob, outcome
         if isinstance(action, ledger.CreateTrainJob):
+            # Trainer v2.3.0 and later build a job from a snapshot of its runtime where one is
+            # there already: a new job must find none, or it runs what start never checked.
+            taken = gateway.find_config_map(namespace, snapshot.snapshot_name(meta["name"]))
+            refusal = snapshot.decide_none_before_start(wanted, taken)
+            if refusal is not None:
+                raise Refused(refusal.reason)
             try:
                 job = gateway.create_trainjob(wanted)
             except Refused:

@@ -50,6 +50,7 @@ class Component:
     crd: str  # the CustomResourceDefinition it serves, which tells it is installed
     deployment: str  # the name its upstream install gives its Deployment
     tested: str  # the release the project is tested with (tests/cluster/versions.toml)
+    also_tested: tuple[str, ...] = ()  # the other releases tested there (its alternatives)
     required: bool  # plain mode needs it; Kueue only Kueue mode
 
 
@@ -59,7 +60,8 @@ COMPONENTS: Final = (
         title="Kubeflow Trainer",
         crd=f"trainjobs.{wire.TRAINER_GROUP}",
         deployment="kubeflow-trainer-controller-manager",
-        tested="v2.2.1",
+        tested="v2.3.0",
+        also_tested=("v2.2.1",),
         required=True,
     ),
     Component(
@@ -89,6 +91,7 @@ VALIDATING_POLICIES: Final = (
     "dispatch-k8s-guard-jobsets",
     "dispatch-k8s-guard-jobs",
     "dispatch-k8s-guard-pods",
+    "dispatch-k8s-guard-snapshots",
 )
 MUTATING_POLICIES: Final = ("dispatch-k8s-raise-on-open",)
 
@@ -205,14 +208,16 @@ def check_component(
         )
     seen = sorted({deployment_version(d) for d in deployments})
     where = ", ".join(_where(d) for d in deployments)
-    if seen != [component.tested]:
+    tested = (component.tested, *component.also_tested)
+    if len(seen) != 1 or seen[0] not in tested:
         return Check(
             name=name,
             status=WARN,
-            found=f"{component.title} {', '.join(seen)} ({where}); tested with {component.tested}",
+            found=f"{component.title} {', '.join(seen)} ({where}); tested with "
+            f"{' and '.join(tested)}",
             fix=f"run {component.title} {component.tested}, or check this release yourself",
         )
-    return Check(name=name, status=PASS, found=f"{component.title} {component.tested} ({where})")
+    return Check(name=name, status=PASS, found=f"{component.title} {seen[0]} ({where})")
 
 
 def trusted(config_map: Mapping[str, Any] | None, key: str) -> list[str]:

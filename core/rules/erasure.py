@@ -95,7 +95,14 @@ def _moved_back(annotation: str, was: Mapping[str, Any], now: Mapping[str, Any])
             Execution.parse(was.get(annotation)),
             Execution.parse(now.get(annotation)),
         )
-        return old_run is not None and (new_run is None or new_run.r < old_run.r)
+        if old_run is None:
+            return False
+        if new_run is None or new_run.r < old_run.r:
+            return True
+        # At the same R only slots are added: one dropped or changed would let its rank run again.
+        return new_run.r == old_run.r and any(
+            new_run.pods.get(slot) != uid for slot, uid in old_run.pods.items()
+        )
     if annotation == JOBSET_UID_ANNOTATION:  # replaced by a person accepting a new JobSet
         return isinstance(was.get(annotation), str) and annotation not in now
     old, new = _counter(was.get(annotation)), _counter(now.get(annotation))

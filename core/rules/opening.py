@@ -59,6 +59,15 @@ def decide_unraised_opening(trainjob: Mapping[str, Any]) -> Finding | None:
             f"the opening: {_HOW}"
         )
         return Finding(kind=FindingKind.UNRAISED_OPENING, reason=reason)
+    if int(record) > generation + 1:
+        # A raise records the generation it produces, or the one after: never further ahead
+        # than that (docstring). A record past it was written by hand to open on later, and
+        # bounds nothing.
+        reason = (
+            f"{where}, but {OPEN_UNTIL_GENERATION_ANNOTATION} {record} is past any generation a "
+            f"raise of A records (at most {generation + 1} now): it was written by hand: {_HOW}"
+        )
+        return Finding(kind=FindingKind.UNRAISED_OPENING, reason=reason)
     if generation <= int(record) + 1:
         return None
     reason = (

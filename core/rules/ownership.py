@@ -97,21 +97,23 @@ class Claims(Generic[T]):
     """Which of a namespace's TrainJobs own each Job and pod, by the same marks as `Lineage`.
 
     One lookup per mark instead of asking every TrainJob about every object: a namespace of a
-    thousand jobs is audited in one pass over its pods.
+    thousand jobs is audited in one pass over its pods. A mark may have several owners: a copy
+    of a TrainJob under another name runs the same trainer token, and each audit that claims
+    its pods must see them (as `Lineage.claims_pod` of each would), not the last one listed.
     """
 
     def __init__(self) -> None:
-        self._by_name: dict[str, T] = {}
-        self._by_uid: dict[str, T] = {}  # JobSet UIDs for Jobs, Job UIDs for pods
-        self._by_token: dict[str, T] = {}
+        self._by_name: dict[str, list[T]] = {}
+        self._by_uid: dict[str, list[T]] = {}  # JobSet UIDs for Jobs, Job UIDs for pods
+        self._by_token: dict[str, list[T]] = {}
 
     def add(self, lineage: Lineage, owner: T, *, uids: Iterable[str]) -> None:
         """`owner` claims what `lineage` names, and the objects owned by any of `uids`."""
-        self._by_name[lineage.name] = owner
+        self._by_name.setdefault(lineage.name, []).append(owner)
         for uid in uids:
-            self._by_uid[uid] = owner
+            self._by_uid.setdefault(uid, []).append(owner)
         if lineage.token is not None:
-            self._by_token[lineage.token] = owner
+            self._by_token.setdefault(lineage.token, []).append(owner)
 
     def owners_of_job(self, job: Mapping[str, Any]) -> list[T]:
         """The owners that claim a Job."""
@@ -124,8 +126,10 @@ class Claims(Generic[T]):
         return self._owners(pod, frozenset(str(uid) for uid in uids), pod_token(pod.get("spec")))
 
     def _owners(self, obj: Mapping[str, Any], uids: frozenset[str], token: str | None) -> list[T]:
-        found = [self._by_name.get(str(shapes.labels_of(obj).get(wire.JOBSET_NAME_KEY)))]
-        found += [self._by_uid.get(uid) for uid in uids]
-        found.append(self._by_token.get(token) if token is not None else None)
-        unique: dict[int, T] = {id(owner): owner for owner in found if owner is not None}
+        found = [*self._by_name.get(str(shapes.labels_of(obj).get(wire.JOBSET_NAME_KEY)), ())]
+        for uid in uids:
+            found += self._by_uid.get(uid, ())
+        if token is not None:
+            found += self._by_token.get(token, ())
+        unique: dict[int, T] = {id(owner): owner for owner in found}
         return list(unique.values())

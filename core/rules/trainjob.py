@@ -15,6 +15,7 @@ from dispatch_k8s.core.rules.errors import DispatchError, Foreign, Refused
 from dispatch_k8s.core.rules.identity import IdentityError, next_admission, parse_counter
 from dispatch_k8s.core.rules.prologue import wrap_command
 from dispatch_k8s.core.rules.request import StartRequest
+from dispatch_k8s.core.rules.snapshot import runtime_digest
 
 INITIAL_ADMISSION: Final = "0"  # A before the first admission; R = 1 only once it is raised
 IDENTITY_ANNOTATIONS: Final = (
@@ -123,10 +124,16 @@ def build_trainjob(
 
 
 def runtime_seen(runtime: Mapping[str, Any]) -> str | None:
-    """A runtime's identity and version as one annotation value; None without them."""
+    """A runtime's identity, version and content as one annotation value; None without them.
+
+    The digest tells a copy of the runtime (Trainer's snapshot) edited under the same UID and
+    generation.
+    """
     meta = runtime.get("metadata") or {}
     uid, generation = meta.get("uid"), meta.get("generation")
-    return f"{uid} {generation}" if uid and generation is not None else None
+    if not uid or generation is None:
+        return None
+    return f"{uid} {generation} {runtime_digest(runtime)}"
 
 
 def request_digest(trainjob: Mapping[str, Any]) -> str:

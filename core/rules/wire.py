@@ -35,9 +35,17 @@ GENERATION_ANNOTATION: Final = f"{DOMAIN}/generation"
 SUBMISSION_ANNOTATION: Final = f"{DOMAIN}/submission"
 ATTEMPT_ANNOTATION: Final = f"{DOMAIN}/attempt"
 REQUEST_DIGEST_ANNOTATION: Final = f"{DOMAIN}/request-digest"
-# On the TrainJob: the runtime as start read it ("<UID> <generation>"), so the audit can tell
-# a runtime edited or replaced since (its restart settings may no longer pass the rules).
+# On the TrainJob: the runtime as start read it ("<UID> <generation> <digest of its spec>";
+# jobs started before the digest have the first two), so the audit can tell a runtime, or the
+# copy of it Trainer builds the job from, edited or replaced since (its restart settings may no
+# longer pass the rules).
 RUNTIME_SEEN_ANNOTATION: Final = f"{DOMAIN}/runtime"
+# Trainer v2.3.0 and later build a TrainJob from a copy of its runtime taken at the first
+# reconcile, kept as YAML under this key in the ConfigMap <trainjob><suffix> of the job's
+# namespace, controller-owned by the TrainJob (kubeflow/trainer pkg/runtime/core/snapshot.go);
+# v2.2.1 takes no copy and builds from the runtime as it is.
+RUNTIME_SNAPSHOT_SUFFIX: Final = "-runtime-snapshot"
+RUNTIME_SNAPSHOT_KEY: Final = "runtime"
 # On a (Cluster)TrainingRuntime: its owner allows rank replacement without A or J moving,
 # by every waivable mechanism ("true"), or by the mechanisms listed in the second.
 ALLOW_RANK_RESTART_ANNOTATION: Final = f"{DOMAIN}/allow-rank-restart"

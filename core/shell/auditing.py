@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
 from loguru import logger
 
 from dispatch_k8s.core.rules import (
@@ -29,6 +30,7 @@ from dispatch_k8s.core.rules import (
     opening,
     ownership,
     shapes,
+    snapshot,
     wire,
 )
 from dispatch_k8s.core.rules.erasure import Erasure
@@ -149,17 +151,41 @@ def runtime_ref(trainjob: Mapping[str, Any]) -> tuple[str, str]:
 
 
 class _Runtimes:
-    """Each runtime the audited jobs name, read once."""
+    """Each runtime the audited jobs name, read once; each job's snapshot of it, read afresh."""
 
     def __init__(self, gateway: Gateway, namespace: str) -> None:
         self._gateway, self._namespace = gateway, namespace
         self._read: dict[tuple[str, str], dict[str, Any] | None] = {}
 
-    def now(self, trainjob: Mapping[str, Any]) -> dict[str, Any] | None:
+    def now(self, trainjob: Mapping[str, Any]) -> dict[str, Any] | snapshot.Snapshot | None:
+        """What the job is built from: its runtime snapshot where it has one, else its runtime."""
+        taken = read_snapshot(self._gateway, self._namespace, trainjob)
+        if taken is not None:
+            return taken
         key = runtime_ref(trainjob)
         if key not in self._read:
             self._read[key] = self._gateway.find_runtime(*key, self._namespace)
         return self._read[key]
+
+
+def read_snapshot(
+    gateway: Gateway, namespace: str, trainjob: Mapping[str, Any]
+) -> snapshot.Snapshot | None:
+    """The TrainJob's runtime snapshot (Trainer v2.3.0 and later take one), None without one."""
+    name = snapshot.snapshot_name(str(shapes.mapping(trainjob.get("metadata")).get("name")))
+    found = gateway.find_config_map(namespace, name)
+    if found is None:
+        return None
+    text = shapes.mapping(found.get("data")).get(wire.RUNTIME_SNAPSHOT_KEY)
+    try:
+        runtime = yaml.safe_load(text) if isinstance(text, str) else None
+    except yaml.YAMLError:
+        runtime = None  # a finding, as a copy that holds no runtime
+    return snapshot.Snapshot(
+        name=name,
+        owner_uid=snapshot.controller_uid(found),
+        runtime=runtime if isinstance(runtime, Mapping) else None,
+    )
 
 
 def _by_name(objects: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -216,7 +242,7 @@ def audit_of(
     trainjob: Mapping[str, Any],
     jobset: Mapping[str, Any] | None,
     *,
-    runtime_now: Mapping[str, Any] | None,
+    runtime_now: Mapping[str, Any] | snapshot.Snapshot | None,
     jobs: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
 ) -> audit.JobAudit:

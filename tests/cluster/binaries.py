@@ -9,6 +9,7 @@ sources with the machine's Go toolchain (docs/design.md §4, docs/development.md
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -23,7 +24,7 @@ import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, Any, Final
 
 HERE: Final = Path(__file__).resolve().parent
 VERSIONS_FILE: Final = HERE / "versions.toml"
@@ -87,11 +88,26 @@ class Component:
     links: dict[str, str] = field(default_factory=dict)
     # Go variables set at link time (package.variable -> value), as the upstream release does.
     stamps: dict[str, str] = field(default_factory=dict)
+    # The other releases also supported, each with its own wrapper module, chosen by
+    # DISPATCH_<NAME>_VERSION (Trainer's: DISPATCH_TRAINER_VERSION=v2.2.1).
+    alternatives: tuple[str, ...] = ()
+    default: str = ""  # the pinned version, when `version` is an alternative chosen instead
 
     @property
     def wrapper_dir(self) -> Path:
-        """The wrapper module that pins this component's dependency graph."""
+        """The wrapper module that pins this component's dependency graph: `go/<name>` for the
+        pinned version, `go/<name>-<version>` for an alternative."""
+        if self.default and self.version != self.default:
+            return MODULES_DIR / f"{self.name}-{self.version}"
         return MODULES_DIR / self.name
+
+    def every_version(self) -> list[Component]:
+        """This component at its pinned version and at each alternative: what `pin` writes."""
+        pinned = self.default or self.version
+        return [
+            dataclasses.replace(self, version=version, default=pinned)
+            for version in (pinned, *self.alternatives)
+        ]
 
     def ldflags(self) -> str:
         """Linker flags: stripped, the stamps set, and for Kubernetes the release version in."""
@@ -130,16 +146,38 @@ class Component:
         return digest.hexdigest()[:16]
 
 
+def version_variable(name: str) -> str:
+    """The environment variable that chooses one of a component's alternatives."""
+    return f"DISPATCH_{name.upper().replace('-', '_')}_VERSION"
+
+
+def chosen_version(name: str, entry: dict[str, Any]) -> str:
+    """The version of `name` to build and run: the pinned one, or the alternative its
+    variable names; any other value is an error, not a build of an untested release."""
+    pinned: str = entry["version"]
+    wanted = os.environ.get(version_variable(name), "") or pinned
+    allowed = [pinned, *entry.get("alternatives", ())]
+    if wanted not in allowed:
+        raise RuntimeError(
+            f"{version_variable(name)}={wanted}: {name} is tested at {', '.join(allowed)} "
+            f"only ({VERSIONS_FILE})"
+        )
+    return wanted
+
+
 def components(
     *, engines: bool = False, bench: bool = False, release: bool = False, storage: bool = False
 ) -> list[Component]:
-    """The pinned components in build order: the control plane's, the others' if asked."""
+    """The pinned components in build order (each at its chosen version): the control plane's,
+    the others' if asked."""
     table = tomllib.loads(VERSIONS_FILE.read_text())
     every = [
         Component(
             name=name,
             module=entry["module"],
-            version=entry["version"],
+            version=chosen_version(name, entry),
+            default=entry["version"],
+            alternatives=tuple(entry.get("alternatives", ())),
             binaries=dict(entry["binaries"]),
             group=entry.get("group", CONTROL_PLANE),
             tags=tuple(entry.get("tags", ())),
@@ -393,7 +431,8 @@ def main(argv: list[str]) -> int:
     )
     if command == "pin":
         for component in chosen:
-            pin(component)
+            for each_version in component.every_version():
+                pin(each_version)
         return 0
     if command == "build":
         version = go_version()

@@ -29,6 +29,7 @@ from playwright.sync_api import (
     Response,
     Route,
 )
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 LOOPBACK: Final = "127.0.0.1"
 # What every page of the site shows when it has rendered: mkdocs-material puts the page's
@@ -110,13 +111,17 @@ class _PageCheck:
     ids: set[str] = field(default_factory=set)
 
 
+def _pages(site: Path) -> dict[str, Path]:
+    """Every page a build produced, by its path (`concepts/index.html` is `/concepts/`)."""
+    return {
+        "/" + page.relative_to(site).as_posix().removesuffix("index.html"): page
+        for page in sorted(site.rglob("*.html"))
+    }
+
+
 def site_pages(site: Path) -> list[str]:
-    """The path of every page a build produced (`concepts/index.html` is `/concepts/`)."""
-    paths = []
-    for page in sorted(site.rglob("*.html")):
-        relative = page.relative_to(site).as_posix()
-        paths.append("/" + relative.removesuffix("index.html"))
-    return paths
+    """The path of every page a build produced."""
+    return list(_pages(site))
 
 
 def _open_page(context: BrowserContext, base: str, path: str) -> _PageCheck:
@@ -199,3 +204,76 @@ def _missing_targets(links: set[str]) -> dict[str, str]:
         except urllib.error.HTTPError as e:
             missing[target] = f"HTTP {e.code}"
     return missing
+
+
+# Run before any page script. mkdocs-material draws each diagram into a closed shadow root,
+# which neither a page's scripts nor Playwright can read: opened, so the test can see the svg.
+# A diagram mermaid cannot draw fails its promise: noted, so the wait below ends at once.
+_BEFORE_THE_PAGE: Final = """
+const attachShadow = Element.prototype.attachShadow;
+Element.prototype.attachShadow = function (init) {
+  return attachShadow.call(this, { ...init, mode: "open" });
+};
+window.addEventListener("unhandledrejection", () => { window.__drawFailed = true; });
+"""
+# What each drawn diagram is: mkdocs-material replaces the <pre class="mermaid"> of its source
+# with a <div class="mermaid"> holding mermaid's svg, once mermaid has drawn it.
+_DRAWN: Final = """() => ({
+  left: document.querySelectorAll("pre.mermaid").length,
+  drawn: [...document.querySelectorAll("div.mermaid")].map(div => {
+    const svg = div.shadowRoot && div.shadowRoot.querySelector("svg");
+    if (!svg) return null;
+    const box = svg.getBoundingClientRect();
+    return {
+      width: box.width,
+      height: box.height,
+      error: svg.getAttribute("aria-roledescription") === "error"
+        || svg.textContent.includes("Syntax error"),
+    };
+  }),
+})"""
+# How long mermaid may take to draw a page's diagrams after the page's network is idle.
+DRAW_SECONDS: Final = 20.0
+
+
+def site_diagrams(site: Path) -> dict[str, int]:
+    """By path, how many diagrams each page holds (its <pre class="mermaid"> blocks), for the
+    pages that hold any."""
+    counts = {
+        path: page.read_text().count('<pre class="mermaid">') for path, page in _pages(site).items()
+    }
+    return {path: n for path, n in counts.items() if n}
+
+
+def check_diagrams(context: BrowserContext, base: str, path: str, expected: int) -> list[str]:
+    """Open one page and report what keeps any of its EXPECTED diagrams from being drawn: a
+    source left undrawn, a diagram with no svg, an empty or error svg, and every console
+    error, uncaught error or failed request on the way."""
+    problems: list[str] = []
+    page = context.new_page()
+    try:
+        page.add_init_script(_BEFORE_THE_PAGE)
+        _listen(page, problems)
+        page.goto(base + path, wait_until="networkidle")
+        # Not drawn in time is reported below, with what was drawn.
+        with contextlib.suppress(PlaywrightTimeout):
+            page.wait_for_function(
+                "n => window.__drawFailed || document.querySelectorAll('div.mermaid').length >= n",
+                arg=expected,
+                timeout=DRAW_SECONDS * 1000,
+            )
+        state: dict[str, Any] = page.evaluate(_DRAWN)
+    finally:
+        page.close()
+    if state["left"]:
+        problems.append(f"{state['left']} of {expected} diagrams not drawn")
+    for number, drawn in enumerate(state["drawn"], start=1):
+        if drawn is None:
+            problems.append(f"diagram {number}: no svg")
+        elif drawn["error"]:
+            problems.append(f"diagram {number}: mermaid drew its error")
+        elif not (drawn["width"] > 0 and drawn["height"] > 0):
+            problems.append(f"diagram {number}: an empty svg")
+    if len(state["drawn"]) != expected:
+        problems.append(f"{len(state['drawn'])} diagrams drawn, {expected} in the page")
+    return problems

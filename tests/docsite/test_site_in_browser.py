@@ -1,9 +1,11 @@
 """Every page of the built docs site in headless Chromium: it renders, its console shows no
 error, every resource it loads is there, and every link within the site leads to a page (and
-anchor) that exists; and the same check catching a page built to fail it."""
+anchor) that exists; every diagram is drawn, by the mermaid the site serves itself; and the same
+checks catching a page built to fail them."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 from typing import Final
@@ -11,7 +13,13 @@ from typing import Final
 import pytest
 from playwright.sync_api import BrowserContext
 
-from tests.docsite.browser import check_site, serve, site_pages
+from tests.docsite.browser import (
+    check_diagrams,
+    check_site,
+    serve,
+    site_diagrams,
+    site_pages,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -78,3 +86,33 @@ def test_a_broken_page_is_reported_and_a_fine_one_is_not(
         "dead link /broken.html#nowhere: no element with that id",
     ]:
         assert expected in found, f"{expected!r} not reported in:\n{found}"
+
+
+# The diagrams the docs draw (docs/index.md, policies.md, kueue.md): the identity at a glance,
+# the path from the TrainJob to the pod, a sequence for each Kueue mode.
+DIAGRAMS: Final = {"/": 1, "/policies/": 1, "/kueue/": 2}
+VENDORED: Final = REPO / "docs" / "assets" / "vendor" / "mermaid" / "mermaid.min.js"
+
+
+def test_every_diagram_is_drawn_from_the_sites_own_mermaid(
+    built_site: Path, context: BrowserContext, tmp_path: Path
+) -> None:
+    assert VENDORED.exists(), f"{VENDORED} missing: scripts/setup vendors mermaid from npm"
+    assert site_diagrams(built_site) == DIAGRAMS
+    # A copy of the site with one page whose diagram mermaid cannot parse.
+    site = tmp_path / "site"
+    shutil.copytree(built_site, site)
+    home = (site / "index.html").read_text()
+    (site / "broken.html").write_text(
+        home.replace(
+            '<pre class="mermaid"><code>flowchart LR',
+            '<pre class="mermaid"><code>flowchart LR\n  A -->> ]',
+            1,
+        )
+    )
+    with serve(site) as base:
+        problems = {path: check_diagrams(context, base, path, n) for path, n in DIAGRAMS.items()}
+        broken = check_diagrams(context, base, "/broken.html", 1)
+    assert not any(problems.values()), problems
+    assert "1 of 1 diagrams not drawn" in broken, broken
+    assert any(p.startswith(("uncaught error", "console error")) for p in broken), broken

@@ -24,6 +24,7 @@ from tests.cluster.harness import ControlPlane
 from tests.cluster.wait import wait_until
 from tests.faults.write_dropper import dropping_a_write
 from tests.support.cluster_under_test import Cluster
+from tests.support.environment import host_env
 from tests.support.kueue_objects import KueueSetup
 from tests.support.lifecycle import (
     BIN,
@@ -229,6 +230,7 @@ def test_the_api_server_restarted_under_admit_wait_is_75_and_a_rerun_admits(
     blocker, admit = blocked_admission(step, namespace, torch_runtime, kueue, timeout=300)
     admitting = subprocess.Popen(
         [str(BIN / "dispatch-admit"), "--kubeconfig", str(plane.kubeconfig), *admit],
+        env=host_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -21,6 +21,7 @@ from dispatch_k8s.core.shell import runner
 from tests.cluster import engine
 from tests.images.containers import ContainerRun, Mount, run_container
 from tests.support import cli
+from tests.support.environment import host_env
 from tests.support.requests import request_flags
 from tests.support.shipped import RUNTIMES, install_runtime
 
@@ -104,6 +105,7 @@ def test_dry_run_in_the_image_is_the_console_scripts_trainjob(
         text=True,
         timeout=60,
         check=True,
+        env=host_env(),
     )
     assert in_image.result == json.loads(on_host.stdout)
 

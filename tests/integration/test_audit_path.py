@@ -19,13 +19,17 @@ from kubernetes import client
 from dispatch_k8s.core.rules import wire
 from tests.cluster.wait import wait_until
 from tests.support.cluster_under_test import Cluster
+from tests.support.environment import host_env
 from tests.support.lifecycle import (
     BIN,
     DEADLINE,
+    TRAINER,
     Kubelet,
     Step,
     add_foreign_admission_entry,
     as_dict,
+    rank_made_again,
+    read_jobset,
     read_trainjob,
     run_stage,
     start_args,
@@ -152,6 +156,7 @@ def audit_all(control_plane: Cluster, namespace: str) -> tuple[int, list[dict[st
         text=True,
         timeout=300,
         check=False,
+        env=host_env(),
     )
     return done.returncode, [json.loads(line) for line in done.stdout.splitlines()]
 
@@ -195,3 +200,82 @@ def test_audit_all_flags_the_reset_job_and_records_the_others(
     code, lines = audit_all(control_plane, namespace)
     assert code == 7, "the flag stays until a person clears it"
     assert {line["name"]: line["recorded"] for line in lines}[clean] is False, "nothing new"
+
+
+def test_audit_all_sees_a_copy_of_a_job_under_another_name(
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    custom: client.CustomObjectsApi,
+    control_plane: Cluster,
+) -> None:
+    """A running job copied from `kubectl get -o yaml` under a name listed after it runs the
+    original's trainer token: `--all` compares the copy's pods with the original's records, as
+    `--name` of the original does, not with the last listed's alone (issue 43, part 4)."""
+    original = opened(step, kubelet, namespace, torch_runtime, "copied")
+    assert audit_all(control_plane, namespace)[0] == 0, "records the original's JobSet"
+    live = read_trainjob(custom, namespace, original)
+    copy_name = f"zz-{original}"  # listed after the original: Claims once kept the last only
+    meta = live["metadata"]
+    body = {
+        "apiVersion": live["apiVersion"],
+        "kind": live["kind"],
+        "metadata": {
+            "name": copy_name,
+            "namespace": namespace,
+            "labels": meta.get("labels", {}),
+            "annotations": meta.get("annotations", {}),
+        },
+        "spec": live["spec"],
+    }
+    custom.create_namespaced_custom_object(*TRAINER, namespace, "trainjobs", body)
+    kubelet.wait_for_pod(copy_name, restart=0, admission=1)
+    copy_uid = read_jobset(custom, namespace, copy_name)["metadata"]["uid"]
+
+    code, lines = audit_all(control_plane, namespace)
+    assert code == 7
+    findings = {line["name"]: line["findings"] for line in lines}
+    assert findings[original] >= 1, "the original sees the copy's pods"
+    assert findings[copy_name] >= 1, "the copy is its identity made again (the ledger)"
+    cause = read_trainjob(custom, namespace, original)["metadata"]["annotations"]
+    assert f"JobSet UID {copy_uid} is not the recorded" in cause[wire.FOREIGN_CAUSE_ANNOTATION]
+
+
+def test_a_rank_scaled_away_and_back_is_flagged_whichever_slot(
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    api_client: client.ApiClient,
+    custom: client.CustomObjectsApi,
+) -> None:
+    """Issue 43, part 2: a two-rank job's trainer Job scaled 2 -> 1 -> 2 makes rank 1 again
+    under the same A and J; the audit recorded every slot, so rank 1 is found, not only the
+    lowest slot; the Job's spec while scaled is not its JobSet template's."""
+    result = step("start", *start_args(namespace, torch_runtime, "scaled", num_nodes="2"))
+    assert result.code == 0, result.error
+    name = str(result.result["name"])
+    assert run_stage(step, "unsuspend", "--namespace", namespace, "--name", name).code == 0
+    wait_until(
+        lambda: len(kubelet.pods(name, restart=0)) == 2 or None,
+        what=f"both ranks of {name}",
+        timeout=DEADLINE,
+    )
+    assert run_stage(step, "audit", "--namespace", namespace, "--name", name).code == 0
+    record = read_trainjob(custom, namespace, name)["metadata"]["annotations"]
+    assert '"node/0/0":' in record[wire.LAST_EXECUTION_ANNOTATION]
+    assert '"node/0/1":' in record[wire.LAST_EXECUTION_ANNOTATION]
+    client.BatchV1Api(api_client).patch_namespaced_job(
+        f"{name}-node-0", namespace, {"spec": {"backoffLimit": 2}}
+    )
+    assert f"Job {name}-node-0 spec.backoffLimit is 2, not 0" in audited(step, namespace, name)
+    client.BatchV1Api(api_client).patch_namespaced_job(
+        f"{name}-node-0", namespace, {"spec": {"backoffLimit": 0}}
+    )
+    first, again = rank_made_again(api_client, kubelet, name)
+    error = audited(step, namespace, name)
+    assert (
+        f"pod {again['metadata']['name']} began an execution with R = 1 in slot node/0/1" in error
+    )
+    assert f"pod UID {first['metadata']['uid']} already had" in error

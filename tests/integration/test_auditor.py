@@ -29,6 +29,7 @@ from tests.support.lifecycle import (
     TRAINER,
     Kubelet,
     Step,
+    rank_made_again,
     read_jobset,
     read_trainjob,
     reset_jobset,
@@ -535,3 +536,39 @@ def test_a_controller_down_while_j_rose_and_the_jobset_was_replaced_flags_it_on_
             )
             highest = annotations_on(custom, namespace, name)[wire.HIGHEST_RESTART_ANNOTATION]
             assert highest == str(bound)
+
+
+def test_a_rank_scaled_away_and_back_is_flagged_by_the_auditor(
+    control_plane: Cluster,
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    custom: client.CustomObjectsApi,
+    api_client: client.ApiClient,
+    tmp_path: Path,
+) -> None:
+    """Issue 43, part 2: the auditor records the pod of every slot as it sees them (the first
+    pod alone at first, the second appended), so rank 1 made again by a scale of its Job to
+    one rank and back, under the same A and J, is flagged."""
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "auditor", extra=NO_RESYNC):
+        started = step("start", *start_args(namespace, torch_runtime, "scaled", num_nodes="2"))
+        assert started.code == 0, started.error
+        name: str = started.result["name"]
+        done = run_stage(step, "unsuspend", "--namespace", namespace, "--name", name)
+        assert done.code == 0, done.error
+
+        def both_recorded() -> bool | None:
+            text = annotations_on(custom, namespace, name).get(wire.LAST_EXECUTION_ANNOTATION, "")
+            return ('"node/0/0":' in text and '"node/0/1":' in text) or None
+
+        wait_until(
+            both_recorded, what=f"the auditor to record both ranks of {name}", timeout=DETECTED
+        )
+        first, again = rank_made_again(api_client, kubelet, name)
+        cause = flagged(custom, namespace, name, what=REPEATED)
+        assert (
+            f"pod {again['metadata']['name']} began an execution with R = 1 in slot node/0/1"
+            in cause
+        )
+        assert first["metadata"]["uid"] in cause

@@ -17,6 +17,7 @@ from kubernetes import client
 from dispatch_k8s.core.rules import doctor
 from tests.cluster import kube
 from tests.support.cluster_under_test import Cluster
+from tests.support.environment import host_env
 from tests.support.kubectl import run_kubectl
 from tests.support.lifecycle import BIN
 from tests.support.step_identity import identity_objects
@@ -35,6 +36,7 @@ def diagnosed(cluster: Cluster, namespace: str) -> tuple[int, dict[str, dict[str
         text=True,
         timeout=120,
         check=False,
+        env=host_env(),
     )
     assert done.returncode in (0, doctor.CHECK_FAILED), done.stderr
     rows = [json.loads(line) for line in done.stdout.splitlines()]

@@ -15,6 +15,7 @@ from dispatch_k8s.core.rules import wire
 from tests.cluster.wait import wait_until
 from tests.support import render
 from tests.support.cluster_under_test import Cluster
+from tests.support.environment import host_env
 from tests.support.kueue_objects import KUEUE, KueueSetup, condition
 from tests.support.lifecycle import (
     BIN,
@@ -48,6 +49,7 @@ def test_a_watch_cut_mid_wait_is_exit_75_and_a_rerun_admits(
     with proxied(control_plane.kubeconfig, tmp_path) as (proxy, kubeconfig):
         admitting = subprocess.Popen(
             [str(BIN / "dispatch-admit"), "--kubeconfig", str(kubeconfig), *admit],
+            env=host_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -18,6 +18,7 @@ from dispatch_k8s.core.rules.request import StartRequest
 from dispatch_k8s.core.shell.gateway import Gateway
 from dispatch_k8s.steps import start
 from tests.cluster.wait import wait_until
+from tests.support import policies
 from tests.support.cluster_under_test import Cluster
 from tests.support.lifecycle import (
     DEADLINE,
@@ -341,3 +342,34 @@ def test_without_the_ledger_policy_a_team_member_can_delete_a_record(
     )
     again = step("start", *request)
     assert (again.code, again.result["outcome"]) == (0, "created"), again.error
+
+
+def test_the_identity_is_the_namespaces_so_one_request_starts_in_a_second_namespace(
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    api_client: client.ApiClient,
+    custom: client.CustomObjectsApi,
+) -> None:
+    """docs/design.md §2 (One identity, one namespace), as it is: the ledger is kept in the
+    TrainJob's namespace, so the request that ran in one namespace starts again in another
+    from A = 0, and its executions are given the first's epochs (DISPATCH_EPOCH has no
+    namespace in it). Keeping them apart is the platform's: one dispatcher and one checkpoint
+    store per namespace (docs/policies.md: The trust boundary)."""
+    core = client.CoreV1Api(api_client)
+    other = f"{namespace[:58]}-b"
+    core.create_namespace(policies.namespace_body(other, "all"))
+    try:
+        seen = []
+        for where in (namespace, other):
+            started = step("start", *start_args(where, torch_runtime, "two-places"))
+            assert started.code == 0, started.error
+            name = started.result["name"]
+            opened = run_stage(step, "unsuspend", "--namespace", where, "--name", name)
+            assert (opened.code, opened.result.get("admission")) == (0, 1), opened.error
+            env = read_trainjob(custom, where, name)["spec"]["trainer"]["env"]
+            prefixes = {e["name"]: e.get("value") for e in env}
+            seen.append((prefixes[wire.ENV_EPOCH_PREFIX], prefixes[wire.ENV_TOKEN_PREFIX]))
+        assert seen[0] == seen[1], "the same epoch and token prefixes, at the same R = 1"
+    finally:
+        core.delete_namespace(other)

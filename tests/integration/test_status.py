@@ -13,6 +13,7 @@ from kubernetes import client
 from dispatch_k8s.core.rules import wire
 from tests.cluster.wait import wait_until
 from tests.support.cluster_under_test import Cluster
+from tests.support.environment import host_env
 from tests.support.kubectl import HOW_TO_BUILD, find_kubectl
 from tests.support.kueue_objects import KueueSetup
 from tests.support.lifecycle import (
@@ -143,7 +144,7 @@ def test_kubectl_finds_the_plugin_and_runs_status_through_it(
     kubectl = find_kubectl()
     assert kubectl is not None, f"scripts/setup builds kubectl: {HOW_TO_BUILD}"
     # kubectl finds plugins on PATH: the console scripts' directory, where pip put them.
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = host_env({"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"})
     plugins = subprocess.run(
         [str(kubectl), "plugin", "list", "--name-only"],
         capture_output=True,

@@ -85,29 +85,6 @@ def test_a_jobset_ttl_the_rules_refuse_is_flagged_on_the_live_jobset(
     assert annotations["metadata"]["annotations"][wire.FOREIGN_ANNOTATION] == "true"
 
 
-def test_a_runtime_edited_after_start_is_flagged(
-    step: Step, namespace: str, custom: client.CustomObjectsApi
-) -> None:
-    runtime = copy.deepcopy(documents(TORCH_RUNTIME)[0])
-    runtime["kind"] = "TrainingRuntime"
-    runtime["metadata"] = {"name": "edited", "namespace": namespace}
-    custom.create_namespaced_custom_object(*TRAINER, namespace, "trainingruntimes", runtime)
-    flags = [*start_args(namespace, "edited", "edited"), "--runtime-kind", "TrainingRuntime"]
-    started = step("start", *flags)
-    assert started.code == 0, started.error
-    target = ["--namespace", namespace, "--name", started.result["name"]]
-    assert run_stage(step, "audit", *target).code == 0
-
-    trainer = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]
-    trainer["template"]["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
-    custom.patch_namespaced_custom_object(
-        *TRAINER, namespace, "trainingruntimes", "edited", {"spec": runtime["spec"]}
-    )
-    audited = run_stage(step, "audit", *target)
-    assert audited.code == 7
-    assert "TrainingRuntime edited changed since start checked it" in audited.error
-
-
 # Where the path guard is installed it refuses this edit (job-spec, test_policies_path.py): the
 # audit must still flag it on a cluster without the policies.
 @pytest.mark.policies("none")

@@ -19,7 +19,7 @@ Each cell of the matrix below is one small attack function, tried once per polic
   from its log) is refused with RULE: nothing runs;
 - `UNSEEN`: accepted, an execution repeats R in its slot, and the audit exits 0: the limit of
   `dispatch-audit` alone (docs/policies.md: The trust boundary), where the records it compares
-  with are the actor's to erase, or record one slot of several. Asserted as it is, so that a
+  with are the actor's to erase. Asserted as it is, so that a
   fix turns the cell red until it is moved (the admission controller's auditor, which this
   suite does not run, sees the erasure: tests/integration/test_auditor.py);
 - `RBAC`: the actor has no right to it: a 403 from RBAC, whose message names no guard rule.
@@ -112,7 +112,7 @@ pod ssa-force member: set-j (running)
 pod delete member: delete (running)
     every install: R up
 job patch member: scale-down-up (running)
-    all, guard: refused job-spec; none: UNSEEN
+    all, guard: refused job-spec; none: flagged
 job patch member: backoff-limit (suspended)
     all, guard: refused job-spec; none: flagged
 trainjob patch steps: RBAC
@@ -228,8 +228,8 @@ class Blocked:
 class Unseen:
     """Accepted, and an execution repeats R that the audit does not see: the limit of detection
     alone (docs/policies.md: The trust boundary), where the records it compares with are the
-    actor's to erase, or record one slot of several. Asserted, so that a fix turns the cell red
-    until its expectation is moved."""
+    actor's to erase. Asserted, so that a fix turns the cell red until its expectation is
+    moved."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1295,7 +1295,8 @@ CELLS: Final = [
         "scale-down-up",
         "running",
         _scale_down_and_up,
-        guarded("job-spec", none=Unseen()),
+        # The audit records the pod of every slot: rank 1 made again is found (issue 43).
+        guarded("job-spec", none=Flagged("/0/1, which the execution of pod UID")),
         then=_next_execution,
         runtime="two-ranks",
     ),

@@ -9,17 +9,21 @@ control plane of this module's own (tests/pipelines/test_dist_install.py says wh
 - a Kueue lifecycle through the chart, with this plane's controllers named in its values: the
   installed controller raises and approves once, the installed guard refuses a JobSet delete and
   lets JobSet restart the execution (R rises), then `helm uninstall`;
-- an upgrade from the previous Kueue bundle to the current one under a running job: the
-  installed controller (tests/support/installed.py) raises and approves its admission once, the
-  job's execution keeps its identity across the upgrade, the next one's R is above it, and the
-  upgraded controller admits the next job; then the uninstall leaves only Events and the
-  ledger's ConfigMaps (docs/install.md);
+- an upgrade from an earlier Kueue bundle (kept in the tree, under earlier/, so that it runs
+  in any clone) to the current one under a running job: the installed controller
+  (tests/support/installed.py) raises and approves its admission once, the job's execution
+  keeps its identity across the upgrade, the next one's R is above it, and the upgraded
+  controller admits the next job; then the uninstall leaves only Events and the ledger's
+  ConfigMaps (docs/install.md);
 - a reinstall on the same API server (kubernetes/kubernetes#133827): the policies refuse with
   no parameters until kube-apiserver restarts, then act.
 
-Every install of config/ and dist/ goes through the admin's overlay over the shipped one, which
-names this plane's controllers for the path guard and changes nothing else
-(tests/support/installed.py); the chart's install names them in its `controllerIdentities`.
+The steps run as the installed `dispatch-steps` ServiceAccount, and the installed controller as
+its Deployment's ServiceAccount with the Deployment's own arguments: cluster-wide, its Lease in
+dispatch-system, gating jobs in `default`. Every install of config/ and dist/ goes through the
+admin's overlay over the shipped one, which names this plane's controllers for the path guard
+and changes nothing else (tests/support/installed.py); the chart's install names them in its
+`controllerIdentities`.
 """
 
 from __future__ import annotations
@@ -99,6 +103,8 @@ QUEUED: Final = {"queue": "training", "resources_per_node": '{"requests":{"cpu":
 FROZEN_SECONDS: Final = 15.0
 NO_PARAMS: Final = "no params found for policy binding"
 LOCAL_CLUSTER_VALUES: Final = REPO / "tests" / "up" / "controllers-values.yaml"
+# The earlier Kueue bundle the upgrade starts from (its header says which).
+EARLIER: Final = Path(__file__).parent / "earlier" / "install-kueue.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -306,9 +312,7 @@ def test_a_kueue_lifecycle_runs_through_what_the_chart_installed(
 def test_an_upgrade_from_the_previous_bundle_keeps_a_running_job_identity(
     own_plane: FreshPlane, tmp_path: Path
 ) -> None:
-    previous = dist.previous("install-kueue.yaml")
-    if previous is None:
-        pytest.skip("no earlier dist/install-kueue.yaml in this checkout's history")
+    previous = EARLIER.read_text()  # in the tree: the upgrade never depends on git history
     api, admin = own_plane.api, own_plane.kubeconfig
     custom, kubelet = client.CustomObjectsApi(api), Kubelet(api, NAMESPACE)
     before = kube.everything(api)

@@ -3,7 +3,6 @@ things about outputs, retries, images and pod security (no cluster needed)."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from dispatch_k8s.core.rules.errors import BadInput
 from dispatch_k8s.core.shell.settings import TrainJobSettings
 from dispatch_k8s.steps.start_settings import StartSettings
 from tests.support import cli, render
+from tests.support.environment import host_env
 from tests.support.render import ARGO_OUTPUTS, SAMPLE_NAMESPACE, TEKTON_RESULTS, Invocation
 from tests.support.shipped import default_image, manifest_files
 
@@ -62,7 +62,7 @@ def test_every_step_is_shipped_for_argo_tekton_and_jobs() -> None:
 def run_helper(helper: Invocation, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", helper.argv[2], *args],
-        env={**os.environ, **helper.env},
+        env=host_env(helper.env),
         capture_output=True,
         text=True,
         timeout=30,

@@ -20,12 +20,31 @@ from tests.support.shipped import REPO, Manifest, version
 CONFIG: Final = REPO / "config"
 DIST: Final = REPO / "dist"
 # Bundle file -> the overlay it is rendered from.
-BUNDLES: Final = {"install.yaml": "plain", "install-kueue.yaml": "kueue"}
+BUNDLES: Final = {
+    "install.yaml": "plain",
+    "install-kueue.yaml": "kueue",
+    "install-guard-only.yaml": "plain-guard-only",
+}
+# The kinds the bundles hold with no namespace.
+CLUSTER_SCOPED: Final = frozenset(
+    {
+        "Namespace",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ClusterTrainingRuntime",
+        "AdmissionCheck",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
+    }
+)
 OVERLAYS: Final = (
     "default",
     "plain",
     "kueue",
     "policies-guard-only",
+    "plain-guard-only",
     "monitoring",
     "argo",
     "tekton",
@@ -62,23 +81,6 @@ def bundle(name: str) -> str:
 def objects(text: str) -> list[Manifest]:
     """The objects of a rendered stream, in its order."""
     return [d for d in yaml.safe_load_all(text) if d]
-
-
-def previous(name: str) -> str | None:
-    """dist/NAME as last committed before it became what the checkout holds: the bundle an
-    install made before this one, to upgrade from. None without such a commit (no history, as
-    in a shallow clone, or the bundle never changed)."""
-    current = (DIST / name).read_text()
-
-    def git(*args: str) -> str | None:
-        done = subprocess.run(["git", *args], cwd=REPO, text=True, capture_output=True)
-        return done.stdout if done.returncode == 0 else None
-
-    for revision in (git("log", "--format=%H", "--", f"dist/{name}") or "").split():
-        text = git("show", f"{revision}:dist/{name}")
-        if text is not None and text != current:
-            return text
-    return None
 
 
 def main(argv: list[str]) -> int:

@@ -14,7 +14,7 @@ import yaml
 from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
-from dispatch_k8s.core.rules.identity import Counts, Identity, attempt_token, epoch
+from dispatch_k8s.core.rules.identity import Identity
 from tests.cluster.engine import BUSYBOX
 from tests.cluster.engines import loopback_api_env
 from tests.cluster.node import TOLERATION
@@ -46,6 +46,17 @@ def node_runtime() -> dict[str, Any]:
 
 IDENTITY: Final = Identity(job_id="on-node", generation=3, submission=7, attempt=1)
 PREEMPTOR: Final = Identity(job_id="preemptor", generation=3, submission=7, attempt=1)
+# What an execution must print, by (request, A, J); both requests have G = 3, N = 7, attempt 1:
+# DISPATCH_EPOCH = G x 10^12 + N x 10^6 + R and DISPATCH_ATTEMPT = <JobID>.<N>.<attempt>.<A>.<J>
+# (docs/design.md §2), written out here rather than computed by the product's own
+# core/rules/identity.py, so that a wrong formula there fails these tests instead of agreeing.
+PRINTED: Final = {
+    (IDENTITY, 1, 0): (3_000007_000001, "on-node.7.1.1.0"),
+    (IDENTITY, 1, 1): (3_000007_000002, "on-node.7.1.1.1"),
+    (IDENTITY, 2, 0): (3_000007_000002, "on-node.7.1.2.0"),
+    (IDENTITY, 2, 1): (3_000007_000003, "on-node.7.1.2.1"),
+    (PREEMPTOR, 1, 0): (3_000007_000001, "preemptor.7.1.1.0"),
+}
 # The training command: print what this execution is, fail the first one (J = 0) after a
 # moment, and otherwise run until told to stop.
 SHOW: Final = 'printf "%s %s\\n" "$DISPATCH_EPOCH" "$DISPATCH_ATTEMPT"; '
@@ -126,9 +137,8 @@ def printed(
 
 
 def expected(admission: int, restart: int, identity: Identity = IDENTITY) -> tuple[int, str]:
-    """The epoch and attempt the formulas give for A and J."""
-    counts = Counts(admission=admission, restart=restart)
-    return epoch(identity, counts), attempt_token(identity, counts)
+    """The epoch and attempt the execution of `identity`'s request with A and J must print."""
+    return PRINTED[(identity, admission, restart)]
 
 
 def api_port(kubeconfig: Path) -> int:

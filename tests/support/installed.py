@@ -31,6 +31,7 @@ from dispatch_k8s.core.rules import wire
 from tests.cluster import kube
 from tests.cluster.process import LOOPBACK, free_ports
 from tests.cluster.wait import wait_until
+from tests.support.environment import host_env
 from tests.support.lifecycle import DEADLINE, as_dict
 from tests.support.policies import (
     CONTROLLERS_NAME,
@@ -143,8 +144,7 @@ def installed_controller(
         work / f"{name}.kubeconfig",
     )
     args, port = _on_loopback(container.get("args") or [])
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")}
-    env |= resolve_downward_env(container.get("env") or [], pod)
+    env = host_env(resolve_downward_env(container.get("env") or [], pod))
     replica = launch(name, port, work, [*args, "--kubeconfig", str(kubeconfig)], env)
     try:
         wait_ready(replica)

@@ -22,6 +22,7 @@ from kubernetes import client
 from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.rules.errors import PreconditionFailed
 from tests.cluster.wait import wait_until
+from tests.support.environment import host_env
 from tests.support.kueue_objects import KueueSetup
 from tests.support.requests import request_flags
 from tests.support.shells import resolve_downward_env
@@ -48,13 +49,14 @@ class StepRun:
 
 
 def run_step(step: str, *args: str, kubeconfig: Path) -> StepRun:
-    """Run `dispatch-<step>` against the cluster, as a pipeline would."""
+    """Run `dispatch-<step>` against the cluster, as a pipeline would (no host DISPATCH_*)."""
     done = subprocess.run(
         [str(BIN / f"dispatch-{step}"), "--kubeconfig", str(kubeconfig), *args],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
+        env=host_env(),
     )
     result = json.loads(done.stdout) if done.returncode == 0 else {}
     return StepRun(done.returncode, result, done.stderr)
@@ -373,6 +375,39 @@ def start_args(namespace: str, runtime: str, job_id: str, **extra: str) -> list[
     """Flags of a start request in the test's namespace (there is no kubelet to run it)."""
     flags = [f"--namespace={namespace}", f"--runtime-name={runtime}"]
     return [*flags, *request_flags(job_id, args=False, extra=extra)]
+
+
+def rank_made_again(
+    api: client.ApiClient, kubelet: Kubelet, name: str, *, rank: str = "1"
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Scale the two-rank trainer Job of TrainJob `name` to one rank and back, as a member can
+    where the path guard is not installed (issue 43): rank `rank`'s pod goes without failing
+    (no restart, J stays) and the Job controller makes it again from the same template, with
+    the same A and J. Returns the rank's pod before and after."""
+    batch, job = client.BatchV1Api(api), f"{name}-node-0"
+
+    def of_rank() -> dict[str, Any] | None:
+        for pod in kubelet.pods(name, restart=0):
+            if pod["metadata"]["labels"].get(wire.COMPLETION_INDEX_KEY) == rank:
+                return pod
+        return None
+
+    first = wait_until(of_rank, what=f"rank {rank} of {name}", timeout=DEADLINE)
+    batch.patch_namespaced_job(
+        job, kubelet.namespace, {"spec": {"parallelism": 1, "completions": 1}}
+    )
+    wait_until(lambda: of_rank() is None or None, what=f"rank {rank} gone", timeout=DEADLINE)
+    batch.patch_namespaced_job(
+        job, kubelet.namespace, {"spec": {"parallelism": 2, "completions": 2}}
+    )
+
+    def again() -> dict[str, Any] | None:
+        pod = of_rank()
+        return (
+            pod if pod is not None and pod["metadata"]["uid"] != first["metadata"]["uid"] else None
+        )
+
+    return first, wait_until(again, what=f"rank {rank} of {name} made again", timeout=DEADLINE)
 
 
 def start_queued(

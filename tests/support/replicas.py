@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import signal
 import ssl
 import subprocess
@@ -26,6 +25,7 @@ from kubernetes import client
 from dispatch_k8s.core.rules import wire
 from tests.cluster.process import free_ports
 from tests.cluster.wait import wait_until
+from tests.support.environment import host_env
 from tests.support.kueue_objects import KUEUE, KueueSetup, condition
 from tests.support.lifecycle import BIN, DEADLINE, TRAINER
 
@@ -146,13 +146,13 @@ def replicas(
 ) -> Iterator[list[Replica]]:
     """Start one replica per name, gating `namespace` only, with the Lease there; stop all.
 
-    `env` is set in each replica's environment, over the test's own (which it inherits, so
-    the replica runs the code under test: PYTHONPATH)."""
+    Each replica's environment is the test's own without its DISPATCH_* (so it runs the code
+    under test: PYTHONPATH), then `env`."""
     started: list[Replica] = []
     try:
         for name, port in zip(names, free_ports(len(names)), strict=True):
             argv = replica_argv(kubeconfig, namespace, name, port, extra)
-            started.append(launch(name, port, log_dir, argv, env={**os.environ, **(env or {})}))
+            started.append(launch(name, port, log_dir, argv, env=host_env(env)))
         for replica in started:
             wait_ready(replica)
         yield started

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from tests.support.environment import host_env
 from tests.support.shipped import REPO
 
 # Suite -> the test module that runs every block marked `run: <suite>`: a mark naming any
@@ -157,7 +158,8 @@ def execute(
 ) -> subprocess.CompletedProcess[str]:
     """Run a block as the docs show it, from the repository's root, stopping at the first
     command that fails (`sh -e`), with the directories `first` and then this interpreter's
-    console scripts (dispatch-start, ...) ahead on PATH. `replace` swaps a placeholder word
+    console scripts (dispatch-start, ...) ahead on PATH, and none of the test's DISPATCH_*
+    variables (tests/support/environment.py). `replace` swaps a placeholder word
     for the test's value (team-a for its namespace): whole words only, so team-a never
     matches inside team-ab."""
     body = snippet.body
@@ -168,7 +170,7 @@ def execute(
     return subprocess.run(
         ["sh", "-e", "-c", body],
         cwd=REPO,
-        env={**os.environ, "PATH": path, **(env or {})},
+        env=host_env({"PATH": path, **(env or {})}),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import copy
 import json
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import yaml
 from kubernetes import client, config
 
 from tests.cluster import kube
+from tests.support.environment import host_env
 from tests.support.shipped import PIPELINES, Manifest, documents
 
 RBAC: Final = PIPELINES / "rbac" / "steps.yaml"
@@ -199,7 +199,7 @@ def run_step(step: str, *args: str, kubeconfig: Path, outputs: Path) -> StepRun:
         text=True,
         timeout=300,
         check=False,
-        env={k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")},
+        env=host_env(),
     )
     return StepRun(
         code=done.returncode,

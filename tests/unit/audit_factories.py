@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from dispatch_k8s.core.rules.audit import UNREAD, Finding, JobAudit, Observed, Unread
+from dispatch_k8s.core.rules.snapshot import Snapshot
 from dispatch_k8s.core.rules.trainjob import build_runtime_patch
 from dispatch_k8s.core.rules.wire import (
     ADMISSION_ANNOTATION,
@@ -127,7 +128,7 @@ def decide_audit(
     jobset: Mapping[str, Any] | None,
     *,
     pods: Iterable[Mapping[str, Any]],
-    runtime_now: Mapping[str, Any] | Unread | None = UNREAD,
+    runtime_now: Mapping[str, Any] | Snapshot | Unread | None = UNREAD,
     jobs: Iterable[Mapping[str, Any]] = (),
     jobset_after: Mapping[str, Any] | None = None,
 ) -> tuple[tuple[Finding, ...], Observed]:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Final
 
 import pytest
 from hypothesis import given
@@ -22,6 +23,8 @@ from dispatch_k8s.core.rules.audit import (
     decide_annotations,
     with_annotations,
 )
+from dispatch_k8s.core.rules.snapshot import Snapshot
+from dispatch_k8s.core.rules.trainjob import runtime_seen
 from dispatch_k8s.core.rules.wire import (
     ADMISSION_ANNOTATION,
     ADMISSION_FLOOR_ANNOTATION,
@@ -473,7 +476,7 @@ def observe(
 
 
 def recorded(r: int, pod: str = "pod-uid-1", slot: str = "node/0/None") -> str:
-    return Execution(r=r, slot=slot, pod=pod).text()
+    return Execution(r=r, pods={slot: pod}).text()
 
 
 def test_first_execution_seen_is_recorded_with_the_highest_j() -> None:
@@ -486,12 +489,12 @@ def test_first_execution_seen_is_recorded_with_the_highest_j() -> None:
     findings, observed = observe(job, jobset_dict(restarts=3), pods)
     assert findings == ()
     assert observed == Observed(
-        highest_restart=3, execution=Execution(r=5, slot="node/0/0", pod="a")
+        highest_restart=3, execution=Execution(r=5, pods={"node/0/0": "a", "node/0/1": "b"})
     )
     changes = decide_annotations(job, findings, jobset=jobset_dict(), observed=observed)
     assert changes == {
         HIGHEST_RESTART_ANNOTATION: "3",
-        LAST_EXECUTION_ANNOTATION: '{"pod":"a","r":5,"slot":"node/0/0"}',
+        LAST_EXECUTION_ANNOTATION: '{"pods":{"node/0/0":"a","node/0/1":"b"},"r":5}',
     }
 
 
@@ -522,17 +525,87 @@ def test_a_live_pod_below_the_recorded_r_is_a_finding() -> None:
     assert "R = A + J = 2 + 0 = 2, below the R = 5" in findings[0].reason
 
 
-def test_a_higher_r_is_recorded_and_another_slot_is_not_compared() -> None:
+def test_a_higher_r_is_recorded_from_the_slots_seen() -> None:
     job = trainjob_dict(admission="2", floor="2", jobset_uid=UID, last_execution=recorded(1))
     other_slot = pod_dict(admission="2", completion_index="1", uid="x")
     findings, observed = observe(job, jobset_dict(), [other_slot])
     assert findings == ()
-    assert observed.execution == Execution(r=2, slot="node/0/1", pod="x")
-    same_r = trainjob_dict(jobset_uid=UID, last_execution=recorded(1))
-    assert observe(same_r, jobset_dict(), [pod_dict(completion_index="1", uid="x")])[0] == ()
+    assert observed.execution == Execution(r=2, pods={"node/0/1": "x"})
 
 
-@pytest.mark.parametrize("text", ["", "{", "[]", '{"r":"1","slot":"s","pod":"p"}', "null"])
+def test_a_slot_seen_later_at_the_recorded_r_is_appended() -> None:
+    # The auditor often sees a job's first pod before the others are made.
+    job = trainjob_dict(jobset_uid=UID, last_execution=recorded(1, pod="a", slot="node/0/1"))
+    pods = [pod_dict(completion_index="1", uid="a"), pod_dict(completion_index="0", uid="b")]
+    findings, observed = observe(job, jobset_dict(), pods)
+    assert findings == ()
+    assert observed.execution == Execution(r=1, pods={"node/0/1": "a", "node/0/0": "b"})
+    assert observed.execution.text() == '{"pods":{"node/0/1":"a","node/0/0":"b"},"r":1}', (
+        "the record as it was is a prefix of the one written"
+    )
+
+
+@pytest.mark.parametrize("slot", ["0", "1"])
+def test_a_rank_made_again_at_the_recorded_r_is_a_finding_whichever_slot(slot: str) -> None:
+    # A child Job scaled down and up: the rank's pod went without a failure (J stays) and
+    # JobSet's template made it again with the same A.
+    ran = Execution(r=1, pods={"node/0/0": "first-0", "node/0/1": "first-1"}).text()
+    job = trainjob_dict(jobset_uid=UID, last_execution=ran)
+    kept = "1" if slot == "0" else "0"
+    pods = [
+        pod_dict(completion_index=kept, uid=f"first-{kept}"),
+        pod_dict(f"{NAME}-node-0-{slot}-again", completion_index=slot, uid="again"),
+    ]
+    findings, observed = observe(job, jobset_dict(), pods)
+    assert [f.kind for f in findings] == [FindingKind.REPEATED_R]
+    assert f"R = 1 in slot node/0/{slot}" in findings[0].reason
+    assert f"pod UID first-{slot} already had" in findings[0].reason
+    assert observed.execution is None, "the record stays with the first execution"
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        Execution(r=1, pods={"pinned/0/0": "forged"}).text(),
+        json.dumps({"pod": "forged", "r": 1, "slot": "pinned/0/0"}),  # the earlier format
+    ],
+    ids=["per-slot", "earlier-format"],
+)
+def test_a_record_of_a_slot_that_never_existed_bounds_nothing(forged: str) -> None:
+    # Forged at creation: no pod ever ran in pinned/0/0. The first opening's slot is added to
+    # the record, so the second opening without a raise is found.
+    job = trainjob_dict(jobset_uid=UID, last_execution=forged)
+    findings, observed = observe(job, jobset_dict(), [pod_dict(uid="first")])
+    assert findings == ()
+    assert observed.execution == Execution(
+        r=1, pods={"pinned/0/0": "forged", "node/0/None": "first"}
+    )
+    again = trainjob_dict(jobset_uid=UID, last_execution=observed.execution.text())
+    findings, _ = observe(again, jobset_dict(), [pod_dict(uid="second")])
+    assert [f.kind for f in findings] == [FindingKind.REPEATED_R]
+
+
+def test_the_earlier_record_format_is_read_as_its_one_slot() -> None:
+    earlier = json.dumps({"pod": "first", "r": 1, "slot": "node/0/None"})
+    assert Execution.parse(earlier) == Execution(r=1, pods={"node/0/None": "first"})
+    job = trainjob_dict(jobset_uid=UID, last_execution=earlier)
+    findings, _ = observe(job, jobset_dict(), [pod_dict(uid="second")])
+    assert [f.kind for f in findings] == [FindingKind.REPEATED_R]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "{",
+        "[]",
+        '{"r":"1","slot":"s","pod":"p"}',
+        "null",
+        '{"pods":[],"r":1}',
+        '{"pods":{"s":1},"r":1}',
+        '{"pods":{},"r":true}',
+    ],
+)
 def test_an_unreadable_record_reads_as_none(text: str) -> None:
     assert Execution.parse(text) is None
 
@@ -608,10 +681,10 @@ def test_the_live_jobset_is_checked_against_the_rules_no_annotation_waives() -> 
 
 def test_a_runtime_changed_or_gone_since_start_is_a_finding() -> None:
     job = trainjob_dict(jobset_uid=UID)
-    job["metadata"]["annotations"]["dispatch.phpboyscout.uk/runtime"] = "rt-uid 1"
     job["spec"]["runtimeRef"] = {"kind": "ClusterTrainingRuntime", "name": "torch"}
-    same = {"metadata": {"uid": "rt-uid", "generation": 1}}
-    edited = {"metadata": {"uid": "rt-uid", "generation": 2}}
+    same = {"metadata": {"uid": "rt-uid", "generation": 1}, "spec": RUNTIME_SPEC}
+    job["metadata"]["annotations"]["dispatch.phpboyscout.uk/runtime"] = runtime_seen(same)
+    edited = {"metadata": {"uid": "rt-uid", "generation": 2}, "spec": RUNTIME_SPEC}
 
     def found(runtime_now: dict[str, Any] | None) -> list[str]:
         findings, _ = decide_audit(job, jobset_dict(), pods=iter(()), runtime_now=runtime_now)
@@ -620,11 +693,66 @@ def test_a_runtime_changed_or_gone_since_start_is_a_finding() -> None:
     assert found(same) == []
     [changed] = found(edited)
     assert changed.startswith(
-        "ClusterTrainingRuntime torch changed since start checked it (UID and generation "
-        "rt-uid 1, is now rt-uid 2)"
+        "ClusterTrainingRuntime torch changed since start checked it (UID, generation and spec "
+        f"digest {runtime_seen(same)}, is now rt-uid 2 "
     )
     [gone] = found(None)
-    assert "rt-uid 1, is gone" in gone
+    assert f"{runtime_seen(same)}, is gone" in gone
+    # A record made before the digest: the UID and generation alone are compared.
+    job["metadata"]["annotations"]["dispatch.phpboyscout.uk/runtime"] = "rt-uid 1"
+    assert (found(same), len(found(edited))) == ([], 1)
+
+
+RUNTIME_SPEC: Final[dict[str, Any]] = {
+    "template": {
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "node",
+                    "template": {
+                        "spec": {
+                            "backoffLimit": 0,
+                            "template": {"spec": {"restartPolicy": "Never", "containers": []}},
+                        }
+                    },
+                }
+            ]
+        }
+    }
+}
+
+
+def test_the_snapshot_a_job_is_built_from_is_judged_instead_of_the_runtime() -> None:
+    job = trainjob_dict(jobset_uid=UID)
+    job["metadata"]["uid"] = "tj-uid"
+    job["spec"]["runtimeRef"] = {"kind": "ClusterTrainingRuntime", "name": "torch"}
+    checked = {"metadata": {"uid": "rt-uid", "generation": 1}, "spec": RUNTIME_SPEC}
+    job["metadata"]["annotations"]["dispatch.phpboyscout.uk/runtime"] = runtime_seen(checked)
+    # Go's YAML of the same runtime: empty values spelled out, a quantity as text.
+    as_go_writes = copy.deepcopy(checked)
+    replicated = as_go_writes["spec"]["template"]["spec"]["replicatedJobs"][0]
+    replicated["template"]["metadata"] = {"creationTimestamp": None}
+    replicated["template"]["spec"]["template"]["spec"]["containers"] = []
+    replicated["replicas"] = None
+    edited = copy.deepcopy(checked)
+    pod = edited["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    pod["podFailurePolicy"] = {"rules": [{"action": "Ignore", "onExitCodes": {"values": [42]}}]}
+
+    def found(taken: Snapshot) -> list[str]:
+        findings, _ = decide_audit(job, jobset_dict(), pods=iter(()), runtime_now=taken)
+        return reasons(findings)
+
+    name = f"{NAME}-runtime-snapshot"
+    assert found(Snapshot(name=name, owner_uid="tj-uid", runtime=as_go_writes)) == []
+    [changed] = found(Snapshot(name=name, owner_uid="tj-uid", runtime=edited))
+    assert changed.startswith(
+        f"runtime snapshot ConfigMap {name}, the copy of ClusterTrainingRuntime torch Trainer "
+        "builds the job from, changed since start checked it"
+    )
+    [foreign] = found(Snapshot(name=name, owner_uid="other", runtime=checked))
+    assert "is not controlled by the TrainJob (UID tj-uid, its controller's is other)" in foreign
+    [empty] = found(Snapshot(name=name, owner_uid="tj-uid", runtime=None))
+    assert empty.endswith("holds no runtime under key runtime")
 
 
 def test_a_trainer_child_job_edited_by_hand_is_a_finding() -> None:

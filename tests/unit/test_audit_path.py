@@ -21,6 +21,7 @@ from dispatch_k8s.core.rules.wire import (
     ENV_TOKEN_PREFIX,
     HIGHEST_RESTART_ANNOTATION,
     JOBSET_NAME_KEY,
+    REPLICATED_JOB_NAME_KEY,
     RESTART_ATTEMPT_KEY,
 )
 from dispatch_k8s.core.shell.settings import load_settings
@@ -30,6 +31,13 @@ from tests.unit.audit_factories import NAME, UID, decide_audit, jobset_dict, pod
 TOKEN: Final = "job-7.3.1"
 JOB_UID: Final = "job-uid-node-0"
 LAUNCHER: Final = "launcher"
+# A two-rank trainer job's spec as Trainer and JobSet's webhook leave it in the JobSet.
+JOB_SPEC: Final = {
+    "parallelism": 2,
+    "completions": 2,
+    "backoffLimit": 0,
+    "completionMode": "Indexed",
+}
 
 
 def trainjob(**options: Any) -> dict[str, Any]:
@@ -47,7 +55,7 @@ def jobset(*, restarts: int = 0, trainer_jobs: tuple[str, ...] = ("node",)) -> d
                 "name": name,
                 "template": {
                     "metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
-                    "spec": {"backoffLimit": 0, "template": {"spec": trainer_spec()}},
+                    "spec": {**JOB_SPEC, "template": {"spec": trainer_spec()}},
                 },
             }
             for name in trainer_jobs
@@ -67,7 +75,12 @@ def child_job(*, restart: str = "0", admission: str = "1", owned: bool = True) -
     metadata: dict[str, Any] = {
         "name": f"{NAME}-node-0",
         "uid": JOB_UID,
-        "labels": {JOBSET_NAME_KEY: NAME, RESTART_ATTEMPT_KEY: restart, ANCESTOR_LABEL: "trainer"},
+        "labels": {
+            JOBSET_NAME_KEY: NAME,
+            RESTART_ATTEMPT_KEY: restart,
+            ANCESTOR_LABEL: "trainer",
+            REPLICATED_JOB_NAME_KEY: "node",
+        },
     }
     if owned:
         metadata["ownerReferences"] = [{"kind": "JobSet", "name": NAME, "uid": UID}]
@@ -78,7 +91,9 @@ def child_job(*, restart: str = "0", admission: str = "1", owned: bool = True) -
         },
         "spec": trainer_spec(),
     }
-    return {"metadata": metadata, "spec": {"backoffLimit": 0, "template": template}}
+    # As the API server defaults the Job JobSet made from the template.
+    spec = {**JOB_SPEC, "manualSelector": False, "podReplacementPolicy": "Failed"}
+    return {"metadata": metadata, "spec": {**spec, "template": template}}
 
 
 def trainer_pod(**options: Any) -> dict[str, Any]:
@@ -108,6 +123,55 @@ def kinds(findings: tuple[Finding, ...]) -> list[FindingKind]:
 
 def test_the_untouched_path_is_clean() -> None:
     assert audit(trainjob(), jobset(), [trainer_pod()], (child_job(),)) == ()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("parallelism", 1),
+        ("completions", 1),
+        ("backoffLimit", 2),
+        ("backoffLimitPerIndex", 1),
+        ("podFailurePolicy", {"rules": [{"action": "Ignore", "onExitCodes": {"values": [1]}}]}),
+        ("successPolicy", {"rules": [{"succeededIndexes": "0"}]}),
+        ("completionMode", "NonIndexed"),
+        ("manualSelector", True),
+    ],
+)
+def test_a_child_job_spec_not_the_jobsets_template_is_found(field: str, value: Any) -> None:
+    # A scale 2 -> 1 -> 2 removes rank 1's pod without a failure (J stays) and makes it again.
+    edited = child_job()
+    edited["spec"][field] = value
+    findings = [
+        f for f in audit(trainjob(), jobset(), [], (edited,)) if f.kind is FindingKind.JOB_SPEC
+    ]
+    assert len(findings) == 1, findings
+    assert f"Job train-1-node-0 spec.{field} is " in findings[0].reason
+    assert "spec.replicatedJobs[0].template.spec" in findings[0].reason
+
+
+def test_what_the_api_server_defaults_in_a_child_job_is_not_a_finding() -> None:
+    # A template that leaves parallelism, completions, backoffLimit and the mode out: the Job
+    # JobSet made holds the batch/v1 defaults, and a podFailurePolicy rule its defaulted status.
+    the_jobset = jobset()
+    template = the_jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
+    for field in JOB_SPEC:
+        del template[field]
+    rule = {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget"}]}
+    template["podFailurePolicy"] = {"rules": [rule]}
+    job = child_job()
+    job["spec"].update(parallelism=1, completions=1, backoffLimit=6, completionMode="NonIndexed")
+    defaulted = {**rule, "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    job["spec"]["podFailurePolicy"] = {"rules": [defaulted]}
+    found = [f for f in audit(trainjob(), the_jobset, [], (job,)) if f.kind is FindingKind.JOB_SPEC]
+    assert found == []
+
+
+def test_a_child_job_of_another_jobset_is_not_compared_with_this_template() -> None:
+    other = child_job()
+    other["metadata"]["ownerReferences"] = [{"kind": "JobSet", "name": NAME, "uid": "other"}]
+    other["spec"]["parallelism"] = 1
+    assert FindingKind.JOB_SPEC not in kinds(audit(trainjob(), jobset(), [], (other,)))
 
 
 def test_j_set_on_a_suspended_child_jobs_template_is_found_before_any_pod() -> None:
@@ -304,6 +368,21 @@ def test_claims_route_each_object_to_the_trainjobs_that_own_it_once() -> None:
     by_job["metadata"]["labels"] = {ownership.BATCH_CONTROLLER_UID_KEY: "other-job"}
     assert claims.owners_of_pod(by_job) == ["other"], "by the Job controller's label"
     assert claims.owners_of_pod({"metadata": {}}) == []
+
+
+def test_a_copy_under_another_name_is_claimed_by_every_trainjob_of_its_token() -> None:
+    """`dispatch-audit --all` (issue 43): the original listed first, its copy (the same trainer
+    token, from `kubectl get -o yaml`) after it; the copy's pods are the original's to compare
+    too, as `--name` of the original claims them, not only the last listed's."""
+    claims: ownership.Claims[str] = ownership.Claims()
+    for name in ("original", "the-copy"):
+        lineage = ownership.Lineage(name=name, jobset_uid=f"{name}-js", token=TOKEN)
+        claims.add(lineage, name, uids=[f"{name}-job"])
+    copy_pod = trainer_pod()
+    copy_pod["metadata"]["labels"][JOBSET_NAME_KEY] = "the-copy"
+    copy_pod["metadata"]["ownerReferences"] = [{"kind": "Job", "uid": "the-copy-job"}]
+    assert claims.owners_of_pod(copy_pod) == ["the-copy", "original"]
+    assert ownership.lineage_of(trainjob(), jobset()).claims_pod(copy_pod), "as --name does"
 
 
 @pytest.mark.parametrize(

@@ -76,6 +76,24 @@ def test_a_trainjob_s_view_holds_what_any_mark_claims_and_nothing_else() -> None
     assert names(view.unlabelled(NAME)[1]) == {"by-owner", "by-token"}
 
 
+def test_a_pod_of_a_copy_is_the_original_s_to_audit_too() -> None:
+    """A copy under another name runs the original's token: a change of its pods queues the
+    audit of every TrainJob of that token, not only the one its label names (issue 43)."""
+    store = Store()
+    for name in (NAME, "the-copy"):
+        job = trainjob_dict(jobset_uid=UID)
+        job["metadata"]["name"] = name
+        job["spec"]["trainer"]["env"] = [{"name": wire.ENV_TOKEN_PREFIX, "value": TOKEN}]
+        store.put(TRAINJOBS, job)
+    copy_pod = pod_dict("copy-pod")
+    copy_pod["metadata"]["labels"][wire.JOBSET_NAME_KEY] = "the-copy"
+    copy_pod["spec"] = {"containers": [trainer(TOKEN)]}
+    assert store.sharing_token(PODS, copy_pod) == {KEY, ("team-a", "the-copy")}
+    store.remove(TRAINJOBS, ("team-a", "the-copy"))
+    assert store.sharing_token(PODS, copy_pod) == {KEY}
+    assert store.sharing_token(PODS, pod_dict("no-token")) == set()
+
+
 def test_a_pod_relabelled_or_removed_leaves_the_view() -> None:
     store = filled(pod_dict("moved"), pod_dict("gone", uid="pod-uid-2"))
     moved = pod_dict("moved")
@@ -97,7 +115,7 @@ def test_the_store_s_audit_decides_as_the_namespace_audit_does() -> None:
     pods = [pod_dict("first", completion_index="0"), repeated, restarted]
     for pod in pods:
         pod["spec"] = {"containers": [trainer(TOKEN)], "volumes": [{"name": "v"}]}
-    recorded = audit.Execution(r=1, slot="node/0/0", pod="pod-uid-0").text()
+    recorded = audit.Execution(r=1, pods={"node/0/0": "pod-uid-0"}).text()
     job = trainjob_dict(jobset_uid=UID, last_execution=recorded)
     for pod in pods:
         pod["metadata"]["managedFields"] = [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]

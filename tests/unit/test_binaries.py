@@ -1,9 +1,11 @@
-"""tests/cluster/binaries.py: one process builds a component at a time."""
+"""tests/cluster/binaries.py: one process builds a component at a time; a component's
+alternative version is built from its own wrapper module."""
 
 from __future__ import annotations
 
 import fcntl
 import subprocess
+import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -84,3 +86,30 @@ def test_no_second_background_build_starts_while_one_is_under_way(
         assert binaries.build_in_background([unbuildable]) == 0
     assert "a background build is under way" in capsys.readouterr().err
     assert not (root / "background-build.log").exists(), "a second build was started"
+
+
+def test_an_alternative_version_is_chosen_by_its_variable_and_built_from_its_own_wrapper(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    table = tomllib.loads(binaries.VERSIONS_FILE.read_text())
+    pinned, (alternative, *_) = table["trainer"]["version"], table["trainer"]["alternatives"]
+
+    def trainer() -> binaries.Component:
+        (component,) = [c for c in binaries.components() if c.name == "trainer"]
+        return component
+
+    monkeypatch.delenv("DISPATCH_TRAINER_VERSION", raising=False)
+    default = trainer()
+    assert (default.version, default.wrapper_dir.name) == (pinned, "trainer")
+    monkeypatch.setenv("DISPATCH_TRAINER_VERSION", alternative)
+    chosen = trainer()
+    assert (chosen.version, chosen.wrapper_dir.name) == (alternative, f"trainer-{alternative}")
+    # Each has its wrapper module in the repository, and so its own cache entry.
+    assert chosen.cache_key(GO_VERSION) != default.cache_key(GO_VERSION)
+    assert [c.version for c in chosen.every_version()] == [pinned, alternative]
+
+
+def test_a_version_that_is_not_an_alternative_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISPATCH_TRAINER_VERSION", "v2.1.0")
+    with pytest.raises(RuntimeError, match=r"DISPATCH_TRAINER_VERSION=v2.1.0: trainer is tested"):
+        binaries.components()

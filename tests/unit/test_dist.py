@@ -18,19 +18,8 @@ MAP_OBJECTS: Final = {
     ("MutatingAdmissionPolicy", "dispatch-k8s-raise-on-open"),
     ("MutatingAdmissionPolicyBinding", "dispatch-k8s-raise-on-open"),
 }
-CLUSTER_SCOPED: Final = {
-    "Namespace",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "ClusterTrainingRuntime",
-    "AdmissionCheck",
-    "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionPolicyBinding",
-    "MutatingAdmissionPolicy",
-    "MutatingAdmissionPolicyBinding",
-}
 # Plain mode runs no pod of its own: the steps run as the Jobs or pipelines a user submits.
-NO_IMAGE: Final = {"plain"}
+NO_IMAGE: Final = {"plain", "plain-guard-only"}
 STEPS_KINDS: Final = {"WorkflowTemplate", "Task", "Pipeline"}  # in the steps' namespace
 ARGO_EXECUTOR: Final = {
     ("Role", "dispatch-argo-executor"),
@@ -65,6 +54,7 @@ def test_each_overlay_adds_or_leaves_out_only_its_own_choice() -> None:
     assert plain < default
 
     assert default - identities("policies-guard-only") == MAP_OBJECTS
+    assert plain - identities("plain-guard-only") == MAP_OBJECTS
     monitoring = identities("monitoring") - default
     assert {kind for kind, _ in monitoring} == {
         "Service",
@@ -82,7 +72,7 @@ def test_namespaced_objects_go_to_the_controllers_or_the_steps_namespace() -> No
     for overlay in dist.OVERLAYS:
         for o in dist.objects(dist.build(dist.CONFIG / overlay)):
             kind, name = o["kind"], o["metadata"]["name"]
-            if kind in CLUSTER_SCOPED:
+            if kind in dist.CLUSTER_SCOPED:
                 expected = None
             elif kind in STEPS_KINDS or name.startswith(("dispatch-steps", "dispatch-argo")):
                 expected = "default"

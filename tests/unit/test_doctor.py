@@ -63,6 +63,19 @@ def test_a_component_found_is_judged_by_its_release() -> None:
     assert unseen.status == doctor.WARN
 
 
+@pytest.mark.parametrize("release", [TRAINER.tested, *TRAINER.also_tested])
+def test_each_tested_release_of_trainer_passes(release: str) -> None:
+    image = f"ghcr.io/kubeflow/trainer/trainer-controller-manager:{release}"
+    found = deployment(
+        "kubeflow-system", "kubeflow-trainer-controller-manager", account="a", image=image
+    )
+    judged = doctor.check_component(TRAINER, crd_found=True, deployments=[found])
+    assert (judged.status, judged.found.startswith(f"Kubeflow Trainer {release} ")) == (
+        doctor.PASS,
+        True,
+    )
+
+
 def test_deployments_are_found_by_their_upstream_name_with_a_prefix() -> None:
     found = doctor.find_deployments(
         JOBSET,
@@ -209,8 +222,9 @@ def test_the_steps_access_is_what_the_shipped_rbac_grants() -> None:
 
 def test_the_tested_releases_are_the_pinned_ones() -> None:
     pins = tomllib.loads((REPO / "tests" / "cluster" / "versions.toml").read_text())
-    assert {c.key: c.tested for c in doctor.COMPONENTS} == {
-        key: pins[key]["version"] for key in ("trainer", "jobset", "kueue")
+    assert {c.key: (c.tested, *c.also_tested) for c in doctor.COMPONENTS} == {
+        key: (pins[key]["version"], *pins[key].get("alternatives", ()))
+        for key in ("trainer", "jobset", "kueue")
     }
 
 

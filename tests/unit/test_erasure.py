@@ -16,7 +16,7 @@ from dispatch_k8s.core.shell import auditing
 from tests.unit.audit_factories import OTHER_UID, UID, jobset_dict, pod_dict, trainjob_dict
 
 TRAINJOB_UID: Final = "7d444840-9dc0-11d1-b245-5ffdce74fad2"
-RAN: Final = Execution(r=3, slot="node/0/0", pod="pod-uid-1").text()  # A = 2, J = 1
+RAN: Final = Execution(r=3, pods={"node/0/0": "pod-uid-1"}).text()  # A = 2, J = 1
 FLOOR: Final = wire.ADMISSION_FLOOR_ANNOTATION
 HIGHEST: Final = wire.HIGHEST_RESTART_ANNOTATION
 LAST: Final = wire.LAST_EXECUTION_ANNOTATION
@@ -46,10 +46,20 @@ ERASED = [
     ("last-execution removed", {"last": None}, [LAST]),
     (
         "last-execution replaced by a lower R",
-        {"last": Execution(r=1, slot="s", pod="p").text()},
+        {"last": Execution(r=1, pods={"s": "p"}).text()},
         [LAST],
     ),
     ("last-execution made garbage", {"last": "{}"}, [LAST]),
+    (
+        "last-execution's slot given another pod at the same R",
+        {"last": Execution(r=3, pods={"node/0/0": "rerun"}).text()},
+        [LAST],
+    ),
+    (
+        "last-execution's slot dropped at the same R",
+        {"last": Execution(r=3, pods={"node/0/1": "pod-uid-2"}).text()},
+        [LAST],
+    ),
     ("highest-restart removed", {"highest": None}, [HIGHEST]),
     ("highest-restart lowered", {"highest": "0"}, [HIGHEST]),
     ("admission-floor lowered", {"floor": "1"}, [FLOOR]),
@@ -65,7 +75,12 @@ ERASED = [
     ),
     ("jobset-uid replaced (a person accepting a new JobSet)", {"jobset_uid": "other"}, []),
     ("the flag cleared by a person", {wire.FOREIGN_ANNOTATION: None}, []),
-    ("a newer execution recorded", {"last": Execution(r=4, slot="s", pod="q").text()}, []),
+    ("a newer execution recorded", {"last": Execution(r=4, pods={"s": "q"}).text()}, []),
+    (
+        "a slot seen later appended at the same R",
+        {"last": Execution(r=3, pods={"node/0/0": "pod-uid-1", "node/0/1": "b"}).text()},
+        [],
+    ),
     ("a raise: floor and open-until-generation on", {"floor": "3", "until": "5"}, []),
     ("a restart recorded", {"highest": "2"}, []),
 ]
@@ -98,7 +113,7 @@ def test_another_trainjob_of_the_same_name_is_no_erasure() -> None:
 def test_put_back_where_it_was_left_not_where_it_has_moved_on() -> None:
     (removed,) = erasure.decide_erasures(recorded(), recorded(last=None))
     assert erasure.restored(recorded(last=None), (removed,))["metadata"]["annotations"][LAST] == RAN
-    newer = Execution(r=5, slot="s", pod="q").text()
+    newer = Execution(r=5, pods={"s": "q"}).text()
     moved_on = erasure.restored(recorded(last=newer), (removed,))
     assert moved_on["metadata"]["annotations"][LAST] == newer
 

@@ -216,6 +216,6 @@ def test_the_service_monitor_selects_the_service_and_its_port() -> None:
     assert selector.items() <= service["metadata"]["labels"].items()
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
-    # The scrape's job label is the Service's name (no jobLabel): what the rules select.
-    assert "jobLabel" not in monitor["spec"]
-    assert service["metadata"]["name"] == JOB
+    # The scrape's job label is the Service's name label, what the rules select, whatever a
+    # namePrefix makes of the Service's name.
+    assert service["metadata"]["labels"][monitor["spec"]["jobLabel"]] == JOB

@@ -38,6 +38,8 @@ STORIES = [
     ("suspend unset (Trainer's default false) and never raised", None, 2, None, True),
     ("held and released by hand long after", False, 40, "2", True),
     ("Kueue opened on the raise, then activeDeadlineSeconds set", False, 5, "3", True),
+    ("created with the record forged far ahead, opened by hand", False, 2, "999999", True),
+    ("left suspended by the raise, its record one ahead, then opened", False, 4, "5", False),
 ]
 
 
@@ -59,6 +61,14 @@ def test_an_open_job_is_covered_only_by_the_last_raise_s_record(
         where = "TrainJob train-1 is open (spec.suspend is not true) at metadata.generation"
         assert f"{where} {generation}," in finding.reason
         assert "without a raise of A" in finding.reason
+
+
+def test_a_record_ahead_of_any_raise_names_itself_written_by_hand() -> None:
+    finding = decide_unraised_opening(trainjob(suspend=False, generation=2, open_until="999999"))
+    assert finding is not None
+    assert f"{UNTIL} 999999 is past any generation a raise of A records (at most 3" in (
+        finding.reason
+    )
 
 
 def test_the_reason_names_the_record_and_what_it_covers() -> None:
@@ -107,4 +117,5 @@ def test_flagged_exactly_when_open_past_the_record_plus_one(
 ) -> None:
     job = trainjob(suspend=suspend, generation=generation, open_until=str(until))
     flagged = decide_unraised_opening(job) is not None
-    assert flagged == (not suspend and generation > until + 1)
+    # A raise never records more than one generation ahead: one further was written by hand.
+    assert flagged == (not suspend and (generation > until + 1 or until > generation + 1))

@@ -158,7 +158,7 @@ def test_foreign_flag_cause_and_last_execution_are_shown() -> None:
     made = job(foreign="true", cause="JobSet UID x is not y", last_execution=last)
     record = describe(made, jobset_dict())
     assert (record["foreign"], record["foreignCause"]) == (True, "JobSet UID x is not y")
-    assert record["lastExecution"] == {"pod": "p-uid", "r": 3, "slot": "node/0/0"}
+    assert record["lastExecution"] == {"r": 3, "pods": {"node/0/0": "p-uid"}}
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
-from dispatch_k8s.core.rules import runtime, shapes
+from dispatch_k8s.core.rules import ownership, runtime, shapes
 from dispatch_k8s.core.rules.audit.findings import Finding, FindingKind
 from dispatch_k8s.core.rules.identity import IdentityError, parse_counter
+from dispatch_k8s.core.rules.snapshot import Snapshot
 from dispatch_k8s.core.rules.trainjob import runtime_seen
 from dispatch_k8s.core.rules.wire import (
     ADMISSION_ANNOTATION,
@@ -20,9 +21,11 @@ from dispatch_k8s.core.rules.wire import (
     JOBSET_NAME_KEY,
     JOBSET_UID_KEY,
     PATCH_MANAGER,
+    REPLICATED_JOB_NAME_KEY,
     RESERVED_ENV_PREFIX,
     RESTART_ATTEMPT_KEY,
     RUNTIME_SEEN_ANNOTATION,
+    RUNTIME_SNAPSHOT_KEY,
     TRAINER_CONTAINER,
 )
 
@@ -170,6 +173,96 @@ def check_child_job(job: Mapping[str, Any]) -> Iterator[Finding]:
         yield Finding(kind=FindingKind.JOBSET_SPEC, reason=f"Job {name} {violation}")
 
 
+# What only JobSet may set in a child Job's spec (pipelines/policies/guard-path.yaml refuses
+# an edit of them, or a scale): a lowered parallelism removes a rank's pod without failing it
+# (no restart, J stays), and raising it again makes the rank again under the same A and J.
+CHILD_JOB_FIELDS: Final = (
+    "parallelism",
+    "completions",
+    "backoffLimit",
+    "backoffLimitPerIndex",
+    "podFailurePolicy",
+    "successPolicy",
+    "completionMode",
+    "manualSelector",
+)
+_BACKOFF_DEFAULT: Final = 6
+_BACKOFF_PER_INDEX_DEFAULT: Final = 2**31 - 1
+
+
+def _job_defaults(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """What the API server sets in a Job spec that leaves these fields out (batch/v1 defaults)."""
+    defaults: dict[str, Any] = {"parallelism": 1, "completionMode": "NonIndexed"}
+    if spec.get("completions") is None and spec.get("parallelism") is None:
+        defaults["completions"] = 1
+    per_index = spec.get("backoffLimitPerIndex") is not None
+    defaults["backoffLimit"] = _BACKOFF_PER_INDEX_DEFAULT if per_index else _BACKOFF_DEFAULT
+    return defaults
+
+
+def _covers(template: Any, live: Any) -> bool:
+    """`live` holds everything `template` sets (the API server may add defaults below it)."""
+    if isinstance(template, Mapping):
+        return isinstance(live, Mapping) and all(
+            _covers(value, live.get(key)) for key, value in template.items()
+        )
+    if isinstance(template, list):
+        return (
+            isinstance(live, list)
+            and len(live) == len(template)
+            and all(_covers(t, v) for t, v in zip(template, live, strict=True))
+        )
+    return bool(template == live)
+
+
+def check_child_job_spec(
+    job: Mapping[str, Any], jobset: Mapping[str, Any] | None
+) -> Iterator[Finding]:
+    """A live child Job's spec against its replicated job's template in the JobSet.
+
+    JobSet copies the template into each Job it makes; only a scale or an edit by hand makes
+    them differ. Jobs of another JobSet, or being deleted, are the UID and restart findings'.
+    """
+    meta = shapes.mapping(job.get("metadata"))
+    jobset_uid = shapes.mapping((jobset or {}).get("metadata")).get("uid")
+    if (
+        jobset is None
+        or meta.get("deletionTimestamp")
+        or jobset_uid not in ownership.owner_uids(job)
+    ):
+        return
+    replicated = shapes.labels_of(job).get(REPLICATED_JOB_NAME_KEY)
+    jobs = shapes.mappings(shapes.mapping(jobset.get("spec")).get("replicatedJobs"))
+    found = [(i, j) for i, j in enumerate(jobs) if j.get("name") == replicated]
+    if not found:
+        return
+    index, replicated_job = found[0]
+    template = shapes.at(replicated_job, "template", "spec")
+    live = shapes.mapping(job.get("spec"))
+    defaults = _job_defaults(template)
+    name = shapes.word(meta.get("name"))
+    jobset_name = shapes.word(shapes.mapping(jobset.get("metadata")).get("name"))
+    for field in CHILD_JOB_FIELDS:
+        wanted = template.get(field, defaults.get(field))
+        if wanted is None and field == "manualSelector":
+            wanted = False  # unset and false mean the same: the Job controller picks the selector
+        value = live.get(field)
+        if field == "manualSelector" and value is None:
+            value = False
+        if _covers(wanted, value):
+            continue
+        yield Finding(
+            kind=FindingKind.JOB_SPEC,
+            reason=(
+                f"Job {name} spec.{field} is {shapes.shown(value)}, not "
+                f"{shapes.shown(wanted)} as in JobSet {jobset_name} "
+                f"spec.replicatedJobs[{index}].template.spec: only JobSet sets a child Job's "
+                "spec (scaled or edited by hand, a rank's pod is removed without a restart "
+                "and made again under the same A and J)"
+            ),
+        )
+
+
 def check_jobset_spec(jobset: Mapping[str, Any]) -> Iterator[Finding]:
     """The runtime rules no annotation waives, applied to the live JobSet.
 
@@ -181,24 +274,51 @@ def check_jobset_spec(jobset: Mapping[str, Any]) -> Iterator[Finding]:
 
 
 def check_runtime(
-    trainjob: Mapping[str, Any], runtime_now: Mapping[str, Any] | None
+    trainjob: Mapping[str, Any], built_from: Mapping[str, Any] | Snapshot | None
 ) -> Iterator[Finding]:
-    """The runtime start checked, compared with the one there now."""
+    """The runtime start checked, compared with what the job is built from now.
+
+    That is Trainer's snapshot of it where the job has one (Trainer v2.3.0 and later), else the
+    runtime as it is (v2.2.1, or before the first reconcile, or a copy deleted: Trainer copies
+    it again).
+    """
     recorded = shapes.annotations_of(trainjob).get(RUNTIME_SEEN_ANNOTATION)
     if not isinstance(recorded, str):
         return  # started before the record existed, or by hand
     ref = shapes.at(trainjob, "spec", "runtimeRef")
     what = f"{shapes.word(ref.get('kind'))} {shapes.word(ref.get('name'))}"
-    now = runtime_seen(runtime_now) if runtime_now is not None else None
-    if now == recorded:
+    runtime_now = built_from
+    if isinstance(built_from, Snapshot):
+        copy = (
+            f"runtime snapshot ConfigMap {built_from.name}, the copy of {what} Trainer builds "
+            "the job from,"
+        )
+        uid = shapes.mapping(trainjob.get("metadata")).get("uid")
+        if built_from.owner_uid != uid:
+            yield Finding(
+                kind=FindingKind.RUNTIME_CHANGED,
+                reason=(
+                    f"{copy} is not controlled by the TrainJob (UID {uid}, its "
+                    f"controller's is {built_from.owner_uid}): made or given away by someone else"
+                ),
+            )
+            return
+        if built_from.runtime is None:
+            reason = f"{copy} holds no runtime under key {RUNTIME_SNAPSHOT_KEY}"
+            yield Finding(kind=FindingKind.RUNTIME_CHANGED, reason=reason)
+            return
+        what, runtime_now = copy, built_from.runtime
+    now = runtime_seen(runtime_now) if isinstance(runtime_now, Mapping) else None
+    # A record made before the digest holds the UID and generation alone.
+    if now is not None and now.split()[: len(recorded.split())] == recorded.split():
         return
-    told = "is gone" if runtime_now is None else f"is now {now}"
+    told = "is gone" if now is None else f"is now {now}"
     yield Finding(
         kind=FindingKind.RUNTIME_CHANGED,
         reason=(
-            f"{what} changed since start checked it (UID and generation {recorded}, {told}): "
-            "its restart settings may no longer pass the runtime rules; check them, and the "
-            "JobSet Trainer builds from it"
+            f"{what} changed since start checked it (UID, generation and spec digest {recorded}, "
+            f"{told}): its restart settings may no longer pass the runtime rules; check them, "
+            "and the JobSet Trainer builds from it"
         ),
     )
 

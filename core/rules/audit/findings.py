@@ -21,6 +21,7 @@ class FindingKind(StrEnum):
     JOBSET_SPEC = "jobset-spec"  # the live JobSet holds a setting the runtime rules refuse
     RUNTIME_CHANGED = "runtime-changed"  # the runtime was edited, replaced or deleted since start
     FOREIGN_PATCH = "foreign-patch"  # another runtime-patch entry sets what the identity reads
+    JOB_SPEC = "job-spec"  # a child Job's spec is not its JobSet template's: scaled or edited
     JOB_IDENTITY = "job-identity"  # a child Job's template carries a J the JobSet did not count
     POD_IDENTITY = "pod-identity"  # a pod's A or J is not what its Job or JobSet holds
     ORPHANED = "orphaned"  # a Job or pod runs the trainer outside the JobSet's count of J

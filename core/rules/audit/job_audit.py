@@ -9,6 +9,7 @@ from dispatch_k8s.core.rules import ownership, shapes
 from dispatch_k8s.core.rules.audit.checks import (
     check_admission,
     check_child_job,
+    check_child_job_spec,
     check_foreign_patches,
     check_jobset_spec,
     check_restarted_in_place,
@@ -26,6 +27,7 @@ from dispatch_k8s.core.rules.audit.checks import (
 from dispatch_k8s.core.rules.audit.findings import Finding, FindingKind
 from dispatch_k8s.core.rules.audit.record import Execution, Observed
 from dispatch_k8s.core.rules.audit.trackers import ChildJobs, Executions, Restarts, Slots
+from dispatch_k8s.core.rules.snapshot import Snapshot
 from dispatch_k8s.core.rules.wire import (
     ADMISSION_ANNOTATION,
     ADMISSION_FLOOR_ANNOTATION,
@@ -60,7 +62,7 @@ class JobAudit:
         trainjob: Mapping[str, Any],
         jobset: Mapping[str, Any] | None,
         *,
-        runtime_now: Mapping[str, Any] | Unread | None = UNREAD,
+        runtime_now: Mapping[str, Any] | Snapshot | Unread | None = UNREAD,
         jobs: Iterable[Mapping[str, Any]] = (),
     ) -> None:
         self.name = shapes.word(shapes.mapping(trainjob.get("metadata")).get("name"))
@@ -79,14 +81,16 @@ class JobAudit:
         self._jobs = ChildJobs(jobset)
         for job in jobs:
             self.findings.extend(check_child_job(job))
+            self.findings.extend(check_child_job_spec(job, jobset))
             self.findings.extend(self._jobs.see(job))
         self.lineage = ownership.lineage_of(trainjob, jobset).with_jobs(self._jobs.all())
         self.findings.extend(check_foreign_patches(trainjob, self.name))
         self._floor = self._read_floor(annotations.get(ADMISSION_FLOOR_ANNOTATION))
         self._highest_recorded = counter_or_none(annotations.get(HIGHEST_RESTART_ANNOTATION))
         patched_jobs, patch_values = self._check_patch(trainjob)
+        built_from = runtime_now.runtime if isinstance(runtime_now, Snapshot) else runtime_now
         trainer_jobs = trainer_jobs_of(
-            jobset, runtime_now if isinstance(runtime_now, Mapping) else None
+            jobset, built_from if isinstance(built_from, Mapping) else None
         )
         if trainer_jobs and patched_jobs and patched_jobs != trainer_jobs:
             self.findings.append(
@@ -101,7 +105,7 @@ class JobAudit:
                 )
             )
         self._trainer_jobs = patched_jobs | trainer_jobs
-        self._executions = Executions(Execution.parse(annotations.get(LAST_EXECUTION_ANNOTATION)))
+        self._executions = Executions(self._read_execution(annotations))
         self._running = shapes.at(trainjob, "spec").get("suspend") is not True
         # The patch A every pod of a running job carries; None when the patch is not one value.
         self._patch_admission = next(iter(patch_values)) if len(patch_values) == 1 else None
@@ -121,6 +125,20 @@ class JobAudit:
             self.findings.append(Finding(kind=FindingKind.JOBSET_UID, reason=reason))
             return None
         return recorded
+
+    def _read_execution(self, annotations: Mapping[str, Any]) -> Execution | None:
+        recorded = annotations.get(LAST_EXECUTION_ANNOTATION)
+        execution = Execution.parse(recorded)
+        if recorded is not None and execution is None:
+            # Unreadable, it would compare nothing: and the next record written would begin
+            # again from whatever runs now, a repeat among it unseen.
+            reason = (
+                f"TrainJob {self.name} annotation {LAST_EXECUTION_ANNOTATION} is "
+                f"{shapes.shown(recorded)}, not a record the audit writes: the executions it "
+                "recorded cannot be compared"
+            )
+            self.findings.append(Finding(kind=FindingKind.REPEATED_R, reason=reason))
+        return execution
 
     def _check_uid(self, uid: Any) -> None:
         recorded = self._recorded_uid

@@ -31,35 +31,64 @@ _TRIMMED: Final = " [trimmed]"
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Execution:
-    """The execution the audit last saw: its R, and one of its pods by slot and UID.
+    """The execution the audit last saw: its R, and its pod in each slot it saw, by UID.
 
     A slot (replicated job, Job index, completion index) has exactly one pod per execution:
     with backoffLimit 0 a failed pod fails its Job and JobSet restarts with J + 1. So a pod of
-    the same slot with the same R and another UID is a new execution that repeated R.
+    a recorded slot with the same R and another UID is a new execution that repeated R,
+    whichever slot it is in (a rank scaled away and back, a pod deleted and made again).
     """
 
     r: int
-    slot: str
-    pod: str  # the pod's UID
+    pods: Mapping[str, str]  # slot -> pod UID, in the order first seen
 
     def text(self) -> str:
-        """The annotation value."""
-        record = {"pod": self.pod, "r": self.r, "slot": self.slot}
-        return json.dumps(record, sort_keys=True, separators=(",", ":"))
+        """The annotation value: `{"pods":{slot:uid,...},"r":R}`, slots in the order seen.
+
+        A slot seen later at the same R is appended, so the record as it was stays a prefix of
+        the record as it is written next (the guard's keep-last-execution reads it so).
+        """
+        pods = json.dumps(dict(self.pods), separators=(",", ":"))
+        return f'{{"pods":{pods},"r":{self.r}}}'
+
+    def with_pods(self, pods: Mapping[str, str]) -> Execution:
+        """The record with the slots of `pods` it does not hold yet appended."""
+        added = {slot: uid for slot, uid in pods.items() if slot not in self.pods}
+        return Execution(r=self.r, pods={**self.pods, **added})
 
     @classmethod
     def parse(cls, text: Any) -> Execution | None:
-        """The recorded execution; None when nothing (readable) is recorded."""
+        """The recorded execution; None when nothing (readable) is recorded.
+
+        Records written before slots were kept per execution (`{"pod":UID,"r":R,"slot":S}`)
+        read as that one slot's.
+        """
         try:
-            record = json.loads(text) if isinstance(text, str) else None
+            record = json.loads(text, object_pairs_hook=_first) if isinstance(text, str) else None
         except ValueError:
             return None
         if not isinstance(record, dict):
             return None
-        r, slot, pod = record.get("r"), record.get("slot"), record.get("pod")
-        if not (isinstance(r, int) and isinstance(slot, str) and isinstance(pod, str)):
+        r, pods = record.get("r"), record.get("pods")
+        if "pods" not in record:  # the earlier record, of one slot
+            slot, pod = record.get("slot"), record.get("pod")
+            pods = {slot: pod} if isinstance(slot, str) else None
+        if not (isinstance(r, int) and not isinstance(r, bool) and isinstance(pods, dict)):
             return None
-        return cls(r=r, slot=slot, pod=pod)
+        if not all(isinstance(uid, str) for uid in pods.values()):
+            return None
+        return cls(r=r, pods=pods)
+
+
+def _first(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose repeated key keeps its first value.
+
+    A slot appended again (the guard's prefix rule lets it through) never changes its pod.
+    """
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        found.setdefault(key, value)
+    return found
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

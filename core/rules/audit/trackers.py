@@ -190,11 +190,18 @@ class Restarts:
 
 
 class Executions:
-    """Compares each live trainer pod with the recorded execution; picks the next record."""
+    """Compares each live trainer pod with the recorded execution; picks the next record.
+
+    Every slot is compared, not one: the record holds the pod of each slot the audit saw at
+    its R, so a rank made again under the same A and J is found whichever slot it is in. A
+    recorded slot no pod has (a forged record, a rank scaled away) bounds nothing: the slots
+    seen are compared and added to it.
+    """
 
     def __init__(self, recorded: Execution | None) -> None:
         self.recorded = recorded
-        self.latest: Execution | None = None  # the live execution seen, by its first slot
+        self._latest_r: int | None = None  # the highest R of a live pod seen
+        self._latest_pods: dict[str, str] = {}  # slot -> UID of the live pods seen at it
         self.repeated = False
 
     def see(self, pod: Mapping[str, Any], *, admission: int) -> Iterator[Finding]:
@@ -209,41 +216,48 @@ class Executions:
             shapes.word(labels.get(key))
             for key in (REPLICATED_JOB_NAME_KEY, JOB_INDEX_KEY, COMPLETION_INDEX_KEY)
         )
-        seen = Execution(r=admission + restart, slot=slot, pod=shapes.word(meta.get("uid")))
-        name = shapes.word(meta.get("name"))
+        r, uid, name = (
+            admission + restart,
+            shapes.word(meta.get("uid")),
+            shapes.word(meta.get("name")),
+        )
         recorded = self.recorded
-        if recorded is not None and seen.r < recorded.r:
+        if recorded is not None and r < recorded.r:
             self.repeated = True
             yield Finding(
                 kind=FindingKind.LOWER_R,
                 reason=(
-                    f"pod {name} runs with R = A + J = {admission} + {restart} = {seen.r}, "
+                    f"pod {name} runs with R = A + J = {admission} + {restart} = {r}, "
                     f"below the R = {recorded.r} an earlier execution had: A or J was reset"
                 ),
             )
-        elif (
-            recorded is not None
-            and seen.r == recorded.r
-            and seen.slot == recorded.slot
-            and seen.pod != recorded.pod
-        ):
+        elif recorded is not None and r == recorded.r and recorded.pods.get(slot, uid) != uid:
             self.repeated = True
             yield Finding(
                 kind=FindingKind.REPEATED_R,
                 reason=(
-                    f"pod {name} began an execution with R = {seen.r}, which the execution of "
-                    f"pod UID {recorded.pod} already had: the job was opened again without a "
-                    "raise of A (not by dispatch-unsuspend or the dispatch admission check)"
+                    f"pod {name} began an execution with R = {r} in slot {slot}, which the "
+                    f"execution of pod UID {recorded.pods[slot]} already had: the job was "
+                    "opened again without a raise of A, or the rank was made again (its pod "
+                    "deleted, its Job scaled down and up)"
                 ),
             )
-        if self.latest is None or seen.slot < self.latest.slot:
-            self.latest = seen
+        if self._latest_r is None or r > self._latest_r:
+            self._latest_r, self._latest_pods = r, {slot: uid}
+        elif r == self._latest_r:
+            self._latest_pods.setdefault(slot, uid)  # a second pod in it: Slots tells that
 
     def to_record(self) -> Execution | None:
-        """A newer execution to record; None keeps the record (nothing newer, or a finding)."""
-        latest, recorded = self.latest, self.recorded
-        if self.repeated or latest is None:
+        """A newer record; None keeps the one there (nothing newer, or a finding).
+
+        At a higher R the slots seen begin the record; at the recorded R those not recorded
+        yet are appended (the pods of one execution are not all made at once).
+        """
+        recorded = self.recorded
+        if self.repeated or self._latest_r is None:
             return None
-        if recorded is not None and latest.r <= recorded.r:
-            return None
-        return latest
+        latest = Execution(r=self._latest_r, pods=dict(sorted(self._latest_pods.items())))
+        if recorded is None or latest.r > recorded.r:
+            return latest
+        merged = recorded.with_pods(latest.pods)
+        return merged if latest.r == recorded.r and merged != recorded else None

@@ -1,0 +1,143 @@
+"""The runtime a job is actually built from: from Trainer v2.3.0, Trainer's copy of the runtime
+(the ConfigMap <trainjob>-runtime-snapshot), found on the cluster, not configured. `start`
+refuses a new job whose copy is already there, and the audit compares the copy with what
+`start` checked. Tried without the policies, where nothing refuses the edits
+(guard-snapshot.yaml refuses them where it is installed: test_policies_path.py); on a Trainer
+that takes no copy (v2.2.1) the tests that need one are skipped, as the cluster says."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from dispatch_k8s.core.rules import wire
+from tests.cluster.wait import wait_until
+from tests.support.lifecycle import (
+    DEADLINE,
+    TRAINER,
+    Step,
+    as_dict,
+    read_jobset,
+    run_stage,
+    start_args,
+)
+from tests.support.shipped import TORCH_RUNTIME, documents
+
+pytestmark = [pytest.mark.integration, pytest.mark.policies("none")]
+
+
+def snapshot_of(name: str) -> str:
+    """The name of the ConfigMap Trainer keeps TrainJob `name`'s runtime snapshot in."""
+    return f"{name}{wire.RUNTIME_SNAPSHOT_SUFFIX}"
+
+
+def taken(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    """TrainJob `name`'s runtime snapshot once Trainer has built its JobSet; None when this
+    Trainer takes none (v2.2.1)."""
+    custom = client.CustomObjectsApi(api)
+
+    def built() -> bool | None:
+        try:
+            return read_jobset(custom, namespace, name) is not None
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    # Trainer takes the copy before it builds the JobSet from it.
+    wait_until(built, what=f"Trainer to build JobSet {name}", timeout=DEADLINE)
+    try:
+        config_map = client.CoreV1Api(api).read_namespaced_config_map(snapshot_of(name), namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    return as_dict(config_map)
+
+
+def test_start_refuses_a_new_job_whose_snapshot_is_already_there(
+    step: Step, namespace: str, torch_runtime: str, api_client: client.ApiClient
+) -> None:
+    made = client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name=snapshot_of("early")),
+        data={wire.RUNTIME_SNAPSHOT_KEY: "kind: ClusterTrainingRuntime\n"},
+    )
+    client.CoreV1Api(api_client).create_namespaced_config_map(namespace, made)
+    refused = step("start", *start_args(namespace, torch_runtime, "early", name="early"))
+    assert refused.code == 6, refused.error
+    assert (
+        f"ConfigMap {namespace}/{snapshot_of('early')} exists before its TrainJob" in refused.error
+    )
+    custom = client.CustomObjectsApi(api_client)
+    with pytest.raises(ApiException) as missing:
+        custom.get_namespaced_custom_object(*TRAINER, namespace, "trainjobs", "early")
+    assert missing.value.status == 404
+
+    # The copy deleted, the same request starts; a repeated start finds Trainer's own copy.
+    client.CoreV1Api(api_client).delete_namespaced_config_map(snapshot_of("early"), namespace)
+    args = start_args(namespace, torch_runtime, "early", name="early")
+    assert step("start", *args).code == 0
+    taken(api_client, namespace, "early")
+    again = step("start", *args)
+    assert (again.code, again.result.get("outcome")) == (0, "exists"), again.error
+
+
+def test_a_snapshot_edited_after_start_is_flagged(
+    step: Step, namespace: str, torch_runtime: str, api_client: client.ApiClient
+) -> None:
+    started = step("start", *start_args(namespace, torch_runtime, "copy"))
+    assert started.code == 0, started.error
+    name = started.result["name"]
+    target = ["--namespace", namespace, "--name", name]
+    snapshot = taken(api_client, namespace, name)
+    if snapshot is None:
+        pytest.skip("this Trainer builds from the runtime itself and takes no snapshot")
+    assert run_stage(step, "audit", *target).code == 0, "the copy is what start checked"
+
+    # The trainer Job given retries: a failed rank replaced with the same A and J.
+    original = snapshot["data"][wire.RUNTIME_SNAPSHOT_KEY]
+    retried = original.replace("backoffLimit: 0", "backoffLimit: 6")
+    assert retried != original, original
+    client.CoreV1Api(api_client).patch_namespaced_config_map(
+        snapshot_of(name), namespace, {"data": {wire.RUNTIME_SNAPSHOT_KEY: retried}}
+    )
+    audited = run_stage(step, "audit", *target)
+    assert audited.code == 7, audited.error
+    assert (
+        f"runtime snapshot ConfigMap {snapshot_of(name)}, the copy of ClusterTrainingRuntime "
+        f"{torch_runtime} Trainer builds the job from, changed since start checked it"
+    ) in audited.error
+
+
+def test_a_runtime_edited_after_start_is_flagged_where_the_job_is_built_from_it(
+    step: Step, namespace: str, custom: client.CustomObjectsApi, api_client: client.ApiClient
+) -> None:
+    """Trainer v2.2.1 builds from the runtime as it is: its edit is a finding. Trainer v2.3.0
+    builds from the copy taken before the edit: the edit decides nothing, and is none."""
+    runtime = copy.deepcopy(documents(TORCH_RUNTIME)[0])
+    runtime["kind"] = "TrainingRuntime"
+    runtime["metadata"] = {"name": "edited", "namespace": namespace}
+    custom.create_namespaced_custom_object(*TRAINER, namespace, "trainingruntimes", runtime)
+    flags = [*start_args(namespace, "edited", "edited"), "--runtime-kind", "TrainingRuntime"]
+    started = step("start", *flags)
+    assert started.code == 0, started.error
+    name = started.result["name"]
+    target = ["--namespace", namespace, "--name", name]
+    snapshot = taken(api_client, namespace, name)
+    assert run_stage(step, "audit", *target).code == 0
+
+    trainer = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]
+    trainer["template"]["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
+    custom.patch_namespaced_custom_object(
+        *TRAINER, namespace, "trainingruntimes", "edited", {"spec": runtime["spec"]}
+    )
+    audited = run_stage(step, "audit", *target)
+    if snapshot is not None:
+        assert audited.code == 0, audited.error
+        return
+    assert audited.code == 7
+    assert "TrainingRuntime edited changed since start checked it" in audited.error

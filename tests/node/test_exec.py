@@ -1,0 +1,83 @@
+"""`pods/exec`, which the built-in `edit` role grants, on the real node (issue 43, part 6): the
+limit docs/policies.md (The trust boundary) states, shown as it is so that a fix turns it red.
+
+A process started with `kubectl exec` in a running trainer pod gets the container's
+environment as the pod spec gives it, the `DISPATCH_K8S_*` inputs among them; run through the
+prologue the container's own command holds, it prints the running execution's
+`DISPATCH_EPOCH` and `DISPATCH_ATTEMPT`. No object changes, so the audit exits 0.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from dispatch_k8s.core.rules import wire
+from tests.support.cluster_under_test import Cluster
+from tests.support.executions import RUNS, SHOW, pods, printed, start_flags
+from tests.support.kubectl import run_kubectl
+from tests.support.lifecycle import Step, run_stage
+from tests.support.step_identity import service_account_token, token_kubeconfig
+
+pytestmark = [pytest.mark.node, pytest.mark.cluster, pytest.mark.policies("all")]
+EDITOR = "editor"  # bound to the built-in ClusterRole `edit`, as a team usually is
+
+
+def editor_kubeconfig(
+    api_client: client.ApiClient, namespace: str, admin_kubeconfig: Path, work: Path
+) -> Path:
+    """A kubeconfig of a ServiceAccount bound to the built-in `edit` role in `namespace`."""
+    meta = client.V1ObjectMeta(name=EDITOR)
+    client.CoreV1Api(api_client).create_namespaced_service_account(
+        namespace, client.V1ServiceAccount(metadata=meta)
+    )
+    binding = client.V1RoleBinding(
+        metadata=meta,
+        role_ref=client.V1RoleRef(
+            api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="edit"
+        ),
+        subjects=[client.RbacV1Subject(kind="ServiceAccount", name=EDITOR, namespace=namespace)],
+    )
+    client.RbacAuthorizationV1Api(api_client).create_namespaced_role_binding(namespace, binding)
+    token = service_account_token(api_client, namespace, EDITOR)
+    return token_kubeconfig(admin_kubeconfig, token, work / f"{EDITOR}.kubeconfig")
+
+
+def test_an_exec_in_a_running_trainer_pod_prints_the_execution_s_epoch_and_attempt(
+    step: Step,
+    namespace: str,
+    real_node_runtime: str,
+    api_client: client.ApiClient,
+    control_plane: Cluster,
+    tmp_path: Path,
+) -> None:
+    started = step("start", *start_flags(namespace, real_node_runtime, train=RUNS, job_id="exec"))
+    assert started.code == 0, started.error
+    name = started.result["name"]
+    target = ("--namespace", namespace, "--name", name)
+    assert run_stage(step, "unsuspend", *target).code == 0
+    core = client.CoreV1Api(api_client)
+    execution = printed(core, namespace, name, restart=0, admission=1)
+    (pod,) = [p for p in pods(core, namespace, name) if p["metadata"]["name"] == execution.pod]
+    (trainer,) = [c for c in pod["spec"]["containers"] if c["name"] == wire.TRAINER_CONTAINER]
+    shell, flag, prologue, argv0 = trainer["command"][:4]  # as the pod spec shows anyone
+    kubeconfig = editor_kubeconfig(api_client, namespace, control_plane.kubeconfig, tmp_path)
+    exec_argv = (shell, flag, prologue, argv0, "/bin/sh", "-c", SHOW)
+    seen = run_kubectl(
+        *("exec", "--namespace", namespace, execution.pod, "-c", wire.TRAINER_CONTAINER, "--"),
+        *exec_argv,
+        kubeconfig=kubeconfig,
+    )
+    inputs = run_kubectl(
+        *("exec", "--namespace", namespace, execution.pod, "-c", wire.TRAINER_CONTAINER, "--"),
+        *("/bin/sh", "-c", f'printf \'%s %s\\n\' "${wire.ENV_ADMISSION}" "${wire.ENV_RESTART}"'),
+        kubeconfig=kubeconfig,
+    )
+    assert inputs.split() == ["1", "0"], "the exec sees the DISPATCH_K8S_* inputs: A = 1, J = 0"
+    assert seen.split() == [str(execution.epoch), execution.attempt], (
+        "the exec printed the running execution's DISPATCH_EPOCH and DISPATCH_ATTEMPT"
+    )
+    audit = run_stage(step, "audit", *target)
+    assert audit.code == 0, f"no object changed, so the audit sees nothing: {audit.error}"

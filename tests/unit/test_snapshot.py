@@ -1,0 +1,45 @@
+"""core/rules/snapshot.py: the runtime snapshot a new job must not find, and the digest that
+is the same for a runtime and for Trainer's copy of it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dispatch_k8s.core.rules import snapshot
+
+WANTED: dict[str, Any] = {
+    "metadata": {"name": "train-1", "namespace": "team"},
+    "spec": {"runtimeRef": {"kind": "ClusterTrainingRuntime", "name": "torch"}},
+}
+
+
+def test_a_new_job_must_find_no_snapshot() -> None:
+    assert snapshot.decide_none_before_start(WANTED, None) is None
+    refusal = snapshot.decide_none_before_start(WANTED, {"metadata": {"name": "x"}})
+    assert refusal is not None
+    assert refusal.reason.startswith(
+        "ConfigMap team/train-1-runtime-snapshot exists before its TrainJob: Trainer v2.3.0 and "
+        "later would build the new job from that copy, not from ClusterTrainingRuntime torch"
+    )
+
+
+def test_the_digest_reads_past_how_go_spells_the_same_runtime() -> None:
+    served = {"spec": {"template": {"spec": {"replicas": 1, "suspend": False, "jobs": [{}]}}}}
+    as_go_writes = {
+        "metadata": {"name": "torch"},
+        "spec": {
+            "template": {
+                "metadata": {"creationTimestamp": None},
+                "spec": {"replicas": "1", "suspend": False, "jobs": [{"labels": {}}]},
+            }
+        },
+    }
+    edited = {"spec": {"template": {"spec": {"replicas": 2, "suspend": False, "jobs": [{}]}}}}
+    assert snapshot.runtime_digest(served) == snapshot.runtime_digest(as_go_writes)
+    assert snapshot.runtime_digest(served) != snapshot.runtime_digest(edited)
+
+
+def test_the_controller_owner_is_found_among_the_owners() -> None:
+    owners = [{"uid": "a"}, {"uid": "b", "controller": True}]
+    assert snapshot.controller_uid({"metadata": {"ownerReferences": owners}}) == "b"
+    assert snapshot.controller_uid({"metadata": {}}) is None

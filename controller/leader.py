@@ -40,8 +40,8 @@ class Elector:
         self._gateway = gateway
         self._namespace, self._name, self.identity = namespace, name, identity
         self._lease_seconds = lease_seconds
-        self.retry_seconds = lease_seconds / 5  # client-go's 2 s for 15
-        self.renew_deadline = lease_seconds * 2 / 3  # client-go's 10 s for 15
+        self.retry_seconds = float(lease_seconds * lease.RETRY_SHARE)
+        self.renew_deadline = float(lease_seconds * lease.RENEW_DEADLINE_SHARE)
         self._clock = clock
         self._observed: tuple[tuple[str, str], float] | None = None
         self._held: dict[str, Any] | None = None

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import Field, ModelWrapValidatorHandler, ValidationError, model_validator
 from pydantic_core import InitErrorDetails
 
+from dispatch_k8s.core.rules import lease
 from dispatch_k8s.core.shell.settings import ClusterSettings, Namespace, ObjectName, doc
 
 # The bounds of the fields that say how many or how often (each a constraint of its field), told
@@ -83,10 +84,11 @@ class ControllerSettings(ClusterSettings):
             "What a reservation of a dispatch TrainJob that no wait can approve gets (the job "
             "flagged foreign, MultiKueue, a garbled counter, R past its bound, another check "
             "setting A): `reject` sets the check Rejected (Kueue deactivates the Workload and "
-            "releases its quota; a person fixes the job and sets the Workload's spec.active "
-            "true again); `retry` sets Retry (Kueue releases the quota and queues the Workload "
-            "again 60 s later, to be refused again until fixed); `wait` leaves it Pending, "
-            "holding the quota. The reason is the check's message either way.",
+            "releases its quota; a person fixes the job and deletes the Workload, which Kueue "
+            "makes again: one made active again stays stuck on Kueue v0.19.2, "
+            "kubernetes-sigs/kueue#14309); `retry` sets Retry (Kueue releases the quota and "
+            "queues the Workload again 60 s later, to be refused again until fixed); `wait` "
+            "leaves it Pending, holding the quota. The reason is the check's message either way.",
             metavar="reject|retry|wait",
         ),
     ] = "reject"
@@ -157,8 +159,8 @@ class ControllerSettings(ClusterSettings):
         Field(ge=3),
         doc(
             "How long a Lease not renewed stays with its holder before another replica takes "
-            "it; the leader renews every third of it and stops leading when it could not "
-            "renew for two thirds.",
+            f"it; the leader tries to renew it every {lease.RETRY_SHARE} of it and stops "
+            f"leading {lease.RENEW_DEADLINE_SHARE} of it after the start of its last renewal.",
             metavar="SECONDS",
         ),
     ] = 15

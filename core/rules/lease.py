@@ -11,9 +11,16 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any
+from fractions import Fraction
+from typing import Any, Final
 
 from dispatch_k8s.core.rules import shapes
+
+# client-go's proportions (a 2 s retry period and a 10 s renew deadline for a 15 s lease): the
+# leader tries to renew every fifth of the lease, and leads until two thirds of it after the
+# start of its last successful renewal.
+RETRY_SHARE: Final = Fraction(1, 5)
+RENEW_DEADLINE_SHARE: Final = Fraction(2, 3)
 
 
 def holder(lease: Mapping[str, Any] | None) -> str:

@@ -326,7 +326,8 @@ def test_the_gates_loop_goes_round_until_the_job_has_finished(
     """bin/dispatch-kueue-gates (the step image's loop that the Argo and Tekton Kueue
     pipelines run), run as their pods would, the kubelet played: it goes round on admit's 75
     (no reservation in wait-seconds), gates an admission, a re-admission after an eviction,
-    and ends with 0 once the TrainJob is Complete."""
+    and ends with 0 once the TrainJob is Complete. The steps it runs are those beside it, with
+    the cluster its --kubeconfig names."""
     kueue.install(cpu="1")
     started = start_queued(step, namespace, torch_runtime, kueue, "gated")
     name, uid = started.result["name"], started.result["uid"]
@@ -336,8 +337,11 @@ def test_the_gates_loop_goes_round_until_the_job_has_finished(
         f"--name={name}",
         f"--check={kueue.check}",
         "--wait-seconds=3",
+        f"--kubeconfig={control_plane.kubeconfig}",
     ]
-    env = {"PATH": f"{BIN}:/usr/bin:/bin", "KUBECONFIG": str(control_plane.kubeconfig)}
+    # Neither the steps on PATH nor a kubeconfig in the env: it runs those installed beside it
+    # and hands them the --kubeconfig it was given.
+    env = {"PATH": "/usr/bin:/bin"}
     log = tmp_path / "gates.log"
 
     def went_round() -> bool | None:

@@ -11,6 +11,7 @@ from typing import Any, cast
 import pytest
 
 from dispatch_k8s.controller.leader import Elector
+from dispatch_k8s.controller.settings import ControllerSettings
 from dispatch_k8s.core.rules.errors import Fenced, Transient
 from dispatch_k8s.core.shell.gateway import Gateway
 from tests.unit.factories import SERVER
@@ -184,3 +185,16 @@ def test_a_fenced_gateway_sends_reads_but_no_write_once_the_fence_refuses() -> N
     with pytest.raises(Fenced):
         gateway.write_lease({"metadata": {"namespace": "a", "name": "b"}}, timeout=1.0)
     assert api.sent == ["GET", "GET"]
+
+
+def test_the_leader_keeps_client_go_s_proportions_as_its_help_tells_them(
+    server: LeaseServer, clock: Clock
+) -> None:
+    candidate = elector(server, clock)
+    # client-go's defaults: a 2 s retry period and a 10 s renew deadline for a 15 s lease.
+    assert (candidate.retry_seconds, candidate.renew_deadline) == (
+        LEASE_SECONDS / 5,
+        LEASE_SECONDS * 2 / 3,
+    )
+    told = " ".join(str(ControllerSettings.model_fields["lease_seconds"].description).split())
+    assert "renew it every 1/5 of it and stops leading 2/3 of it after" in told

@@ -91,7 +91,7 @@ def load(*, kubeconfig: Path | None, context: str | None) -> Configuration:
         )
     if not in_cluster:
         _check_user(kubeconfig, context, where=where)
-    check_server(configuration.host, where=f"kubeconfig {where}" if files else "in-cluster config")
+    _check_server(configuration.host, where=f"kubeconfig {where}" if files else "in-cluster config")
     return configuration
 
 
@@ -122,7 +122,7 @@ def _errors_logged() -> Iterator[list[str]]:
         root.removeHandler(handler)
 
 
-def check_server(server: str, *, where: str) -> None:
+def _check_server(server: str, *, where: str) -> None:
     """BadInput unless `server` is a URL a request can be sent to: http(s)://HOST[:PORT].
 
     `where` names what gave it: `kubeconfig FILE`, or the in-cluster config.

@@ -28,6 +28,7 @@ from tests.support.lifecycle import (
     Step,
     add_foreign_admission_entry,
     as_dict,
+    copy_of,
     rank_made_again,
     read_jobset,
     read_trainjob,
@@ -217,19 +218,9 @@ def test_audit_all_sees_a_copy_of_a_job_under_another_name(
     assert audit_all(control_plane, namespace)[0] == 0, "records the original's JobSet"
     live = read_trainjob(custom, namespace, original)
     copy_name = f"zz-{original}"  # listed after the original: Claims once kept the last only
-    meta = live["metadata"]
-    body = {
-        "apiVersion": live["apiVersion"],
-        "kind": live["kind"],
-        "metadata": {
-            "name": copy_name,
-            "namespace": namespace,
-            "labels": meta.get("labels", {}),
-            "annotations": meta.get("annotations", {}),
-        },
-        "spec": live["spec"],
-    }
-    custom.create_namespaced_custom_object(*TRAINER, namespace, "trainjobs", body)
+    custom.create_namespaced_custom_object(
+        *TRAINER, namespace, "trainjobs", copy_of(live, copy_name)
+    )
     kubelet.wait_for_pod(copy_name, restart=0, admission=1)
     copy_uid = read_jobset(custom, namespace, copy_name)["metadata"]["uid"]
 

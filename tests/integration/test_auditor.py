@@ -29,6 +29,7 @@ from tests.support.lifecycle import (
     TRAINER,
     Kubelet,
     Step,
+    copy_of,
     rank_made_again,
     read_jobset,
     read_trainjob,
@@ -572,3 +573,28 @@ def test_a_rank_scaled_away_and_back_is_flagged_by_the_auditor(
             in cause
         )
         assert first["metadata"]["uid"] in cause
+
+
+def test_a_copy_under_another_name_is_flagged_on_the_original_by_the_auditor(
+    control_plane: Cluster,
+    step: Step,
+    kubelet: Kubelet,
+    namespace: str,
+    torch_runtime: str,
+    custom: client.CustomObjectsApi,
+    tmp_path: Path,
+) -> None:
+    """Issue 43, part 4: a running job copied under another name runs the original's trainer
+    token; the auditor audits the original too when the copy's pods change, and compares them
+    with the original's records (the copy's JobSet is not the one recorded)."""
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "auditor", extra=NO_RESYNC):
+        original = opened(step, kubelet, namespace, torch_runtime, "copied")
+        recorded_execution(custom, namespace, original, 1)
+        copy_name = f"zz-{original}"
+        live = read_trainjob(custom, namespace, original)
+        custom.create_namespaced_custom_object(
+            *TRAINER, namespace, "trainjobs", copy_of(live, copy_name)
+        )
+        kubelet.wait_for_pod(copy_name, restart=0, admission=1)
+        copy_uid = read_jobset(custom, namespace, copy_name)["metadata"]["uid"]
+        flagged(custom, namespace, original, what=f"JobSet UID {copy_uid} is not the recorded")

@@ -10,6 +10,7 @@ prologue the container's own command holds, it prints the running execution's
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -22,25 +23,42 @@ from tests.support.lifecycle import Step, run_stage
 from tests.support.step_identity import service_account_token, token_kubeconfig
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster, pytest.mark.policies("all")]
-EDITOR = "editor"  # bound to the built-in ClusterRole `edit`, as a team usually is
+EDITOR = "editor"  # with the built-in ClusterRole `edit`'s rules, as a team usually has
+
+
+def aggregated_rules(rbac: client.RbacAuthorizationV1Api, name: str) -> list[Any]:
+    """The rules of ClusterRole `name` as the clusterrole-aggregation controller assembles them
+    (the local plane does not run it): its own, and those of every ClusterRole it selects."""
+    role = rbac.read_cluster_role(name)
+    rules = list(role.rules or [])
+    aggregation = role.aggregation_rule
+    for selector in (aggregation.cluster_role_selectors or []) if aggregation else []:
+        labels = ",".join(f"{k}={v}" for k, v in (selector.match_labels or {}).items())
+        for selected in rbac.list_cluster_role(label_selector=labels).items:
+            selected_name = str(selected.metadata.name) if selected.metadata else name
+            if selected_name != name:
+                rules += aggregated_rules(rbac, selected_name)
+    return [rule for rule in rules if not rule.non_resource_urls]  # a Role holds no URLs
 
 
 def editor_kubeconfig(
     api_client: client.ApiClient, namespace: str, admin_kubeconfig: Path, work: Path
 ) -> Path:
-    """A kubeconfig of a ServiceAccount bound to the built-in `edit` role in `namespace`."""
+    """A kubeconfig of a ServiceAccount with the built-in `edit` role's rules in `namespace`."""
+    rbac = client.RbacAuthorizationV1Api(api_client)
     meta = client.V1ObjectMeta(name=EDITOR)
     client.CoreV1Api(api_client).create_namespaced_service_account(
         namespace, client.V1ServiceAccount(metadata=meta)
     )
+    rules = aggregated_rules(rbac, "edit")
+    assert any("pods/exec" in (rule.resources or []) for rule in rules), "edit grants pods/exec"
+    rbac.create_namespaced_role(namespace, client.V1Role(metadata=meta, rules=rules))
     binding = client.V1RoleBinding(
         metadata=meta,
-        role_ref=client.V1RoleRef(
-            api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="edit"
-        ),
+        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name=EDITOR),
         subjects=[client.RbacV1Subject(kind="ServiceAccount", name=EDITOR, namespace=namespace)],
     )
-    client.RbacAuthorizationV1Api(api_client).create_namespaced_role_binding(namespace, binding)
+    rbac.create_namespaced_role_binding(namespace, binding)
     token = service_account_token(api_client, namespace, EDITOR)
     return token_kubeconfig(admin_kubeconfig, token, work / f"{EDITOR}.kubeconfig")
 

@@ -377,6 +377,25 @@ def start_args(namespace: str, runtime: str, job_id: str, **extra: str) -> list[
     return [*flags, *request_flags(job_id, args=False, extra=extra)]
 
 
+def copy_of(live: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """A running TrainJob as `kubectl get -o yaml` gives it, made ready to create under `name`:
+    its labels, annotations and spec, less Kueue's runtime-patch entry, which Kueue's webhook
+    adds to every TrainJob it sees made (copied, it would be a duplicate: 422)."""
+    meta, spec = live["metadata"], live["spec"]
+    patches = [p for p in spec["runtimePatches"] if p["manager"] != "kueue.x-k8s.io/manager"]
+    return {
+        "apiVersion": live["apiVersion"],
+        "kind": live["kind"],
+        "metadata": {
+            "name": name,
+            "namespace": meta["namespace"],
+            "labels": meta.get("labels", {}),
+            "annotations": meta.get("annotations", {}),
+        },
+        "spec": {**spec, "runtimePatches": patches},
+    }
+
+
 def rank_made_again(
     api: client.ApiClient, kubelet: Kubelet, name: str, *, rank: str = "1"
 ) -> tuple[dict[str, Any], dict[str, Any]]:

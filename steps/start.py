@@ -83,6 +83,9 @@ def _create(gateway: Gateway, wanted: Mapping[str, Any]) -> tuple[Mapping[str, A
         if isinstance(action, decisions.Refusal):
             raise Refused(action.reason)
         if isinstance(action, ledger.Done):
+            old_trainer = trainjob.decide_patch_stored(action.trainjob)
+            if old_trainer is not None:
+                raise Refused(old_trainer.reason)
             if outcome == "exists":
                 log.info("TrainJob exists with the same request: nothing to do")
             return action.trainjob, outcome

@@ -175,6 +175,31 @@ def _patch_entry(trainjob: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
+# The oldest Trainer v2 release the project works with: v2.2.0 replaced podTemplateOverrides
+# with runtimePatches (kubeflow/trainer#3309), and v2.2.1 lets the patch change in the update
+# that opens the job, which v2.2.0 refuses (plain mode's Open and Release are that update).
+OLDEST_TRAINER: Final = "v2.2.1"
+
+
+def decide_patch_stored(stored: Mapping[str, Any]) -> Refusal | None:
+    """The TrainJob as the API server stored it must hold this project's runtime patch.
+
+    A TrainJob CRD without `spec.runtimePatches` (Trainer before v2.2, found from what the
+    API server stored, not configured) drops the field on create: nothing would carry A to
+    the pods. None when the patch is there.
+    """
+    if _patch_entry(stored) is not None:
+        return None
+    meta = shapes.mapping(stored.get("metadata"))
+    return Refusal(
+        f"TrainJob {meta.get('namespace')}/{meta.get('name')} is stored without the "
+        f"{wire.PATCH_MANAGER} entry of spec.runtimePatches: the TrainJob CRD served here drops "
+        "the field (Trainer before v2.2, with podTemplateOverrides), or someone removed it; "
+        f"dispatch-k8s needs Trainer {OLDEST_TRAINER} or later, which keeps A there. The "
+        "TrainJob stays suspended: delete it"
+    )
+
+
 def _patched_pod_templates(entry: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     spec = shapes.at(entry, "trainingRuntimeSpec", "template", "spec")
     return [

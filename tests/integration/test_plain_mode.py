@@ -6,6 +6,7 @@ import pytest
 from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
+from dispatch_k8s.core.rules.trainjob import admission_in_patch
 from tests.integration.conftest import with_policies
 from tests.support.lifecycle import (
     Execution,
@@ -91,3 +92,31 @@ def test_same_start_is_a_no_op_and_a_different_one_is_refused(
     assert "exists with another identity" in other.error
     job = read_trainjob(custom, namespace, first.result["name"])
     assert job["metadata"]["annotations"][wire.JOB_ID_ANNOTATION] == "idem-1"
+
+
+@with_policies("all")
+def test_trainers_time_stamp_on_our_entry_is_neither_refused_nor_a_raise(
+    installed: str, step: Step, namespace: str, torch_runtime: str, custom: client.CustomObjectsApi
+) -> None:
+    """Trainer's mutating webhook stamps `time` on each runtime-patch entry a request adds or
+    changes, this project's included (v2.2.1 and v2.3.0 alike): the guard lets the stamp
+    through, and raise-on-open does not take the opening for one without a raise: one
+    opening, one raise."""
+    started = step("start", *start_args(namespace, torch_runtime, "stamped"))
+    assert started.code == 0, started.error
+    name = started.result["name"]
+
+    def ours() -> dict[str, object]:
+        patches = read_trainjob(custom, namespace, name)["spec"]["runtimePatches"]
+        entry: dict[str, object] = next(p for p in patches if p["manager"] == wire.PATCH_MANAGER)
+        return entry
+
+    created = ours()
+    assert "time" in created, created
+    opened = run_stage(step, "unsuspend", "--namespace", namespace, "--name", name)
+    assert opened.code == 0, opened.error
+    assert opened.result["admission"] == 1
+    job = read_trainjob(custom, namespace, name)
+    assert admission_in_patch(job) == 1
+    assert job["metadata"]["annotations"][wire.ADMISSION_FLOOR_ANNOTATION] == "1"
+    assert "time" in ours()

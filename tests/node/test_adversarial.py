@@ -22,6 +22,10 @@ Each cell of the matrix below is one small attack function, tried once per polic
   with are the actor's to erase. Asserted as it is, so that a
   fix turns the cell red until it is moved (the admission controller's auditor, which this
   suite does not run, sees the erasure: tests/integration/test_auditor.py);
+- `... (v2.2.1); R up (v2.3.0: built from its copy)`: an edit of the runtime the job names. Trainer
+  v2.3.0 builds the job from its copy of the runtime, taken before the edit (the runtime
+  snapshot, found on the cluster), so the edit decides nothing: the job is released, R rises,
+  and the audit exits 0; Trainer v2.2.1 builds from the runtime itself: the first outcome;
 - `RBAC`: the actor has no right to it: a 403 from RBAC, whose message names no guard rule.
 - `not tried`: a cell run only where the guard is installed (a record forged at creation,
   which no audit is yet asked to tell from one earned).
@@ -72,11 +76,11 @@ patch-entry ssa-force member: sets-dispatch-env (suspended)
 patch-entry update steps: sets-j (suspended)
     all, guard: refused patch-jobset-keys; none: flagged
 runtime update member: dispatch-env (suspended)
-    every install: flagged
+    every install: flagged (v2.2.1); R up (v2.3.0: built from its copy)
 runtime update member: backoff-limit (suspended)
-    every install: flagged
+    every install: flagged (v2.2.1); R up (v2.3.0: built from its copy)
 runtime patch member: trainer-command (suspended)
-    every install: flagged
+    every install: flagged (v2.2.1); R up (v2.3.0: built from its copy)
 runtime delete member: delete (suspended)
     every install: blocked
 workload-status ssa-force steps: check-ready-without-a-raise (queued)
@@ -246,7 +250,17 @@ class OpeningRefused:
     rule: str
 
 
-Outcome = Refused | Flagged | RaisedR | Blocked | Unseen | PutBack | OpeningRefused
+@dataclass(frozen=True, slots=True)
+class FromCopy:
+    """An edit of the runtime the job names. Where the job has a runtime snapshot (Trainer
+    v2.3.0, found on the cluster) it is built from that copy, taken before the edit: the edit
+    decides nothing, the job is released and R rises, the audit exits 0. Where it has none
+    (v2.2.1 builds from the runtime itself): `otherwise`, after the cell's follow-up."""
+
+    otherwise: Flagged
+
+
+Outcome = Refused | Flagged | RaisedR | Blocked | Unseen | PutBack | OpeningRefused | FromCopy
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,6 +401,18 @@ def _release_stops_at_the_jobset(target: Target) -> None:
     )
     assert jobset["spec"]["suspend"] is True
     assert as_dict(core.list_namespaced_pod(target.namespace))["items"] == []
+
+
+def _has_snapshot(target: Target) -> bool:
+    """Whether Trainer keeps a copy of the job's runtime (v2.3.0 does, v2.2.1 does not)."""
+    name = f"{target.name}{wire.RUNTIME_SNAPSHOT_SUFFIX}"
+    try:
+        client.CoreV1Api(target.admin).read_namespaced_config_map(name, target.namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+    return True
 
 
 def _hold_and_release(target: Target) -> None:
@@ -1124,7 +1150,7 @@ CELLS: Final = [
         "dispatch-env",
         "suspended",
         _runtime_env,
-        everywhere(Flagged(RUNTIME_CHANGED)),
+        everywhere(FromCopy(Flagged(RUNTIME_CHANGED))),
         runtime="namespaced",
     ),
     Cell(
@@ -1132,7 +1158,7 @@ CELLS: Final = [
         "backoff-limit",
         "suspended",
         _runtime_backoff,
-        everywhere(Flagged(RUNTIME_CHANGED)),
+        everywhere(FromCopy(Flagged(RUNTIME_CHANGED))),
         then=_release_stops_at_the_jobset,
         runtime="namespaced",
     ),
@@ -1141,7 +1167,7 @@ CELLS: Final = [
         "trainer-command",
         "suspended",
         _runtime_command,
-        everywhere(Flagged(RUNTIME_CHANGED)),
+        everywhere(FromCopy(Flagged(RUNTIME_CHANGED))),
         runtime="namespaced",
     ),
     Cell(
@@ -1336,6 +1362,8 @@ def _said(outcome: Outcome) -> str:
         return f"its opening refused {outcome.rule}"
     if isinstance(outcome, RaisedR):
         return "R up" if outcome.last is None else f"R up, last {outcome.last}"
+    if isinstance(outcome, FromCopy):
+        return f"{_said(outcome.otherwise)} (v2.2.1); R up (v2.3.0: built from its copy)"
     return {Flagged: "flagged", Blocked: "blocked", Unseen: "UNSEEN", PutBack: "put back"}[
         type(outcome)
     ]
@@ -1515,6 +1543,15 @@ def test_every_edit_on_the_path_is_refused_raised_or_flagged(
         assert f"dispatch-k8s guard {outcome.rule}:" in message(refusal)
         return
     assert refusal is None, f"refused ({installed}): {message(refusal)}"
+    if isinstance(outcome, FromCopy):
+        if _has_snapshot(target):
+            _release(target)
+            ran = target.history()
+            assert ran == sorted(set(ran)), f"{cell.id} ({installed}): printed R {ran}, not rising"
+            audited = run_stage(step, "audit", "--namespace", namespace, "--name", target.name)
+            assert audited.code == 0, audited.error
+            return
+        outcome = outcome.otherwise
     then = cell.then[installed] if isinstance(cell.then, Mapping) else cell.then
     if then is not None:
         then(target)

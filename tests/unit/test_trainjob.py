@@ -11,10 +11,12 @@ from hypothesis import strategies as st
 from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.rules.decisions import Refusal, ResourceVersion
 from dispatch_k8s.core.rules.trainjob import (
+    OLDEST_TRAINER,
     Draining,
     ForeignFlag,
     Raise,
     admission_in_patch,
+    decide_patch_stored,
     decide_raise,
     finished_reason,
     is_kueue_managed,
@@ -227,3 +229,14 @@ def test_hold_records_the_highest_j_in_its_one_update(
 def test_hold_without_a_jobset_suspends_only() -> None:
     held = with_hold(trainjob_dict(), None)
     assert wire.HIGHEST_RESTART_ANNOTATION not in held["metadata"]["annotations"]
+
+
+def test_a_trainjob_stored_without_our_patch_names_the_oldest_trainer() -> None:
+    stored = trainjob_dict(jobset_uid=UID)
+    assert decide_patch_stored(stored) is None
+    # What an API server serving Trainer v2.1's TrainJob CRD stores: the unknown field pruned.
+    del stored["spec"]["runtimePatches"]
+    refusal = decide_patch_stored(stored)
+    assert refusal is not None
+    assert "Trainer before v2.2, with podTemplateOverrides" in refusal.reason
+    assert f"dispatch-k8s needs Trainer {OLDEST_TRAINER} or later" in refusal.reason

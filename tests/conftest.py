@@ -40,8 +40,6 @@ settings.load_profile("dispatch")
 _PLANE: Final = pytest.StashKey[ControlPlane]()
 _ABSENT: Final = pytest.StashKey[list[str]]()  # control-plane components not built yet
 _NAME_UNSAFE: Final = re.compile(r"[^a-z0-9-]+")
-# The audit annotation the RBAC authorizer's answer is told in ("allow" or "forbid").
-RBAC_DECISION: Final = "authorization.k8s.io/decision"
 
 
 def _interrupted(_signal: int, _frame: FrameType | None) -> NoReturn:
@@ -74,9 +72,7 @@ def control_plane(
         yield Cluster(kubeconfig=plane.kubeconfig, plane=plane)
         # The upstream controllers run with their own RBAC: a right it does not grant them is
         # a defect of the design or the harness, whichever test's writes met it.
-        denied = [
-            e for e in plane.refusals() if e.get("annotations", {}).get(RBAC_DECISION) == "forbid"
-        ]
+        denied = plane.refused_by_rbac()
         assert not denied, "RBAC refused the upstream controllers:\n" + "\n".join(
             f"{e['user']['username']} {e['verb']} {e['requestURI']}" for e in denied
         )

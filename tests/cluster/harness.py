@@ -106,6 +106,8 @@ def _audit_policy(groups: list[str]) -> dict[str, Any]:
     }
 
 
+# The audit annotation the RBAC authorizer's answer is told in ("allow" or "forbid").
+RBAC_DECISION: Final = "authorization.k8s.io/decision"
 NODE_READY_TIMEOUT: Final = 180.0
 WEBHOOK_UNREACHABLE: Final = "failed calling webhook"
 PROBE_NAME: Final = "dispatch-harness-probe"
@@ -213,6 +215,14 @@ class ControlPlane:
             if groups & set(event["user"].get("groups", []))
             and event.get("responseStatus", {}).get("code") == 403
             and namespace in (None, event.get("objectRef", {}).get("namespace"))
+        ]
+
+    def refused_by_rbac(self) -> list[dict[str, Any]]:
+        """The refusals that were RBAC's: a right the controllers' upstream roles lack."""
+        return [
+            event
+            for event in self.refusals()
+            if event.get("annotations", {}).get(RBAC_DECISION) == "forbid"
         ]
 
     def _audit_log(self) -> list[dict[str, Any]]:

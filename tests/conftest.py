@@ -70,6 +70,12 @@ def control_plane(
     request.config.stash[_PLANE] = plane
     try:
         yield Cluster(kubeconfig=plane.kubeconfig, plane=plane)
+        # The upstream controllers run with their own RBAC: a right it does not grant them is
+        # a defect of the design or the harness, whichever test's writes met it.
+        denied = plane.refused_by_rbac()
+        assert not denied, "RBAC refused the upstream controllers:\n" + "\n".join(
+            f"{e['user']['username']} {e['verb']} {e['requestURI']}" for e in denied
+        )
     finally:
         del request.config.stash[_PLANE]
         plane.stop()

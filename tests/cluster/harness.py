@@ -1,5 +1,7 @@
 """A real control plane on loopback: etcd, kube-apiserver, kube-controller-manager, and the real
-JobSet, Kueue and Trainer controller managers with their webhooks (docs/design.md §4).
+JobSet, Kueue and Trainer controller managers with their webhooks (docs/design.md §4), each
+controller as the ServiceAccount its upstream install makes, with that install's RBAC
+(tests/cluster/identities.py).
 
 envtest-style (docs/development.md), with no kubelet and no scheduler: tests play the
 kubelet by patching `pods/status`. Use it as a context manager or call start()/stop():
@@ -27,7 +29,7 @@ from typing import Any, Final, TypeVar
 
 import yaml
 
-from tests.cluster import binaries, certs, controllers, engines, manifests
+from tests.cluster import binaries, certs, controllers, engines, identities, manifests
 from tests.cluster import node as node_module
 from tests.cluster.process import LOOPBACK, Process, free_ports
 from tests.cluster.relay import UnixToLoopback
@@ -68,17 +70,13 @@ CONTROLLER_ORDER: Final = ("kueue", "jobset", "trainer")
 CLUSTER_NAME: Final = "dispatch-test"
 ADMIN_USER: Final = "dispatch-admin"
 ADMIN_GROUPS: Final = ("system:masters",)
-# kube-controller-manager's own identity, as kubeadm gives it: with
-# --use-service-account-credentials=false its garbage and namespace controllers act as this
-# user, which the path guard (pipelines/policies/guard-path.yaml) is told
-# (tests/support/policies.py).
+# kube-controller-manager's own identity, as kubeadm gives it, in no group: the bootstrap
+# policy's ClusterRole of the same name is what it may do (make its controllers' ServiceAccounts
+# and their tokens in kube-system). With --use-service-account-credentials each controller acts
+# as its own ServiceAccount (identities.kcm_users), which the path guard is told.
 KCM_USER: Final = "system:kube-controller-manager"
-# The JobSet, Kueue and Trainer controllers' identities: each its own, as each has its own
-# ServiceAccount in an install, so the path guard (pipelines/policies/guard-path.yaml), which
-# trusts each controller for its own objects only, is tested telling them apart and apart from
-# the admin (tests/support/policies.py gives it these names). Each also in system:masters:
-# their RBAC is not what these tests are about.
-CONTROLLER_USERS: Final = {name: f"dispatch-test:{name}-controller" for name in CONTROLLER_ORDER}
+# How long the controllers' ServiceAccount tokens last: longer than any run (`up` included).
+TOKEN_SECONDS: Final = 7 * 24 * 3600
 # The node's identities. Tests only: each also in system:masters, rather than the Node
 # authorizer and the bootstrap roles, so the node's RBAC is not what these tests are about.
 NODE_IDENTITIES: Final = {
@@ -87,15 +85,29 @@ NODE_IDENTITIES: Final = {
     "apiserver-kubelet-client": "kube-apiserver-kubelet-client",
 }
 # What users of this group send is written to the audit log (logs/audit.log): the tests that
-# must know who wrote what, and when (a fenced leader's writes), act as such users, and no
-# one else's requests cost a line.
+# must know who wrote what, and when (a fenced leader's writes), act as such users.
 AUDITED_GROUP: Final = "dispatch-test:audited"
-AUDIT_POLICY: Final = {
-    "apiVersion": "audit.k8s.io/v1",
-    "kind": "Policy",
-    "omitStages": ["RequestReceived"],
-    "rules": [{"level": "Metadata", "userGroups": [AUDITED_GROUP]}, {"level": "None"}],
-}
+# So are the upstream controllers' requests (their ServiceAccounts' namespaces' groups): who
+# made each managed object, and every request their RBAC or the path guard refused
+# (ControlPlane.refusals). Mostly lists and watches, as their informers read: a few thousand
+# lines a run.
+
+
+def _audit_policy(groups: list[str]) -> dict[str, Any]:
+    """Audited users' requests, and those of the ServiceAccounts of `groups`."""
+    return {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived"],
+        "rules": [
+            {"level": "Metadata", "userGroups": [AUDITED_GROUP, *groups]},
+            {"level": "None"},
+        ],
+    }
+
+
+# The audit annotation the RBAC authorizer's answer is told in ("allow" or "forbid").
+RBAC_DECISION: Final = "authorization.k8s.io/decision"
 NODE_READY_TIMEOUT: Final = 180.0
 WEBHOOK_UNREACHABLE: Final = "failed calling webhook"
 PROBE_NAME: Final = "dispatch-harness-probe"
@@ -129,8 +141,12 @@ class ControlPlane:
         timeout: float = DEFAULT_TIMEOUT,
         progress: Callable[[str], None] | None = None,
         node: bool = False,
+        layout: identities.Layout = identities.DEFAULT_LAYOUT,
     ) -> None:
         self.run_dir = run_dir.resolve()
+        self.layout = layout
+        # Read from the modules at start (it may download them), by component.
+        self.identities: dict[str, identities.Identity] = {}
         self.node = node_module.Node(self.run_dir) if node else None
         self.timeout = timeout
         self._progress = progress
@@ -178,10 +194,50 @@ class ControlPlane:
     def audit_events(self, user: str) -> list[dict[str, Any]]:
         """The requests of audited `user` so far, oldest first, as the API server logged them
         (one audit.k8s.io/v1 Event per line, at their ResponseComplete stage)."""
+        events = self._audit_log(json.dumps(user))
+        return [event for event in events if event["user"]["username"] == user]
+
+    @property
+    def controller_users(self) -> dict[str, str]:
+        """Who the controllers act as, by the path guard's key (pipelines/policies/
+        controllers.yaml): JobSet, Kueue and Trainer, and kube-controller-manager's."""
+        upstream = {name: found.user for name, found in self.identities.items()}
+        return {**upstream, **identities.kcm_users()}
+
+    def refusals(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Every request of an upstream controller (JobSet, Kueue, Trainer, or one of
+        kube-controller-manager's) the API server refused with 403 so far, in `namespace` if
+        given: by RBAC (`authorization.k8s.io/decision: forbid`), by an admission policy, or
+        by a namespace being deleted."""
+        groups = set(self._controller_groups())
+        return [
+            event
+            for event in self._audit_log('"code":403')
+            if groups & set(event["user"].get("groups", []))
+            and event.get("responseStatus", {}).get("code") == 403
+            and namespace in (None, event.get("objectRef", {}).get("namespace"))
+        ]
+
+    def refused_by_rbac(self) -> list[dict[str, Any]]:
+        """The refusals that were RBAC's: a right the controllers' upstream roles lack."""
+        return [
+            event
+            for event in self.refusals()
+            if event.get("annotations", {}).get(RBAC_DECISION) == "forbid"
+        ]
+
+    def _audit_log(self, holding: str) -> list[dict[str, Any]]:
+        """The audit log's events whose line holds `holding` (as the API server writes it:
+        compact JSON). The log holds every request of the controllers, tens of megabytes in a
+        whole run: only the lines that can match are decoded."""
         log = self._logs / "audit.log"
         lines = log.read_text().splitlines() if log.exists() else []
-        events = (json.loads(line) for line in lines if line.strip())
-        return [event for event in events if event["user"]["username"] == user]
+        return [json.loads(line) for line in lines if holding in line]
+
+    def _controller_groups(self) -> list[str]:
+        """The ServiceAccount groups of the upstream controllers' namespaces."""
+        found = {identities.KCM_NAMESPACE} | {i.namespace for i in self.identities.values()}
+        return [f"system:serviceaccounts:{namespace}" for namespace in sorted(found)]
 
     def start(self) -> None:
         """Start everything and wait until it is ready; on failure stop and raise with logs.
@@ -308,6 +364,7 @@ class ControlPlane:
             # etcd state from another run would hold CRDs and webhooks for another CA and ports.
             raise ControlPlaneError(f"{self.run_dir} is not empty: give a new run directory")
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.identities = identities.identities(self.layout)
         ports = iter(free_ports(10))
         etcd_client, etcd_peer = next(ports), next(ports)
         self._api_port, kcm_port = next(ports), next(ports)
@@ -320,6 +377,7 @@ class ControlPlane:
         self._start_apiserver(paths["kube-apiserver"], etcd_client)
         self._start_controller_manager(paths["kube-controller-manager"], kcm_port)
         self._install_crds(controller_ports)
+        self._install_identities()
         specs = self._start_controllers(paths, controller_ports)
         self._install_webhooks(controller_ports)
         for spec in specs:
@@ -404,11 +462,11 @@ class ControlPlane:
         self._ca.client(ADMIN_USER, ADMIN_GROUPS).write(
             self._pki / "admin.crt", self._pki / "admin.key"
         )
-        self._ca.client(KCM_USER, ADMIN_GROUPS).write(
+        self._ca.client(KCM_USER, ()).write(
             self._pki / "kcm-client.crt", self._pki / "kcm-client.key"
         )
         certs.service_account_signing_key().write(self._pki / "sa.pub", self._pki / "sa.key")
-        for name, user in {**NODE_IDENTITIES, **CONTROLLER_USERS}.items():
+        for name, user in NODE_IDENTITIES.items():
             self._ca.client(user, ADMIN_GROUPS).write(
                 self._pki / f"{name}.crt", self._pki / f"{name}.key"
             )
@@ -435,7 +493,7 @@ class ControlPlane:
     def _start_apiserver(self, binary: Path, etcd_client: int) -> None:
         pki = self._pki
         policy = self.run_dir / "audit-policy.yaml"
-        policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+        policy.write_text(yaml.safe_dump(_audit_policy(self._controller_groups())))
         self._process(
             "kube-apiserver",
             [
@@ -540,7 +598,9 @@ class ControlPlane:
                 f"--tls-private-key-file={self._pki / 'kcm.key'}",
                 f"--cert-dir={self.run_dir / 'kube-controller-manager' / 'certs'}",
                 "--leader-elect=false",
-                "--use-service-account-credentials=false",
+                # Each controller as its own ServiceAccount in kube-system, with the bootstrap
+                # policy's role for it (system:controller:<name>), as kubeadm runs it.
+                "--use-service-account-credentials=true",
                 f"--controllers={','.join(KCM_CONTROLLERS)}",
                 f"--root-ca-file={self._pki / 'ca.crt'}",
                 "--profiling=false",
@@ -592,7 +652,7 @@ class ControlPlane:
             spec.write_config(config)
             (workdir / "tmp").mkdir(parents=True, exist_ok=True)
             kubeconfig = self.run_dir / f"{name}.kubeconfig"
-            self._write_kubeconfig_for(CONTROLLER_USERS[name], name, kubeconfig)
+            self._write_token_kubeconfig(self.identities[name], kubeconfig)
             self._process(
                 name,
                 [str(paths[spec.binary]), f"--config={config}"],
@@ -600,6 +660,67 @@ class ControlPlane:
             )
             specs.append(spec)
         return specs
+
+    def _install_identities(self) -> None:
+        """Each controller's namespace, ServiceAccount, roles and bindings, as its module has
+        them; then wait until the RBAC authorizer grants what each binding says, so no
+        controller starts to a refusal."""
+        for namespace in sorted({i.namespace for i in self.identities.values()}):
+            self.rest.post(
+                "/api/v1/namespaces",
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+            )
+        roles: dict[tuple[str, str, str], dict[str, Any]] = {}
+        bindings = []
+        for found in self.identities.values():
+            for document in found.objects:
+                metadata = document["metadata"]
+                self.rest.post(_collection(document), document)
+                if document["kind"] in ("ClusterRole", "Role"):
+                    key = (document["kind"], metadata.get("namespace", ""), metadata["name"])
+                    roles[key] = document
+                elif document["kind"] in ("ClusterRoleBinding", "RoleBinding"):
+                    bindings.append(document)
+        reviews = [review for binding in bindings for review in _reviews(binding, roles)]
+        self._wait(
+            lambda: all(map(self._allowed, reviews)) or None,
+            what=f"RBAC granting the controllers' {len(bindings)} bindings",
+        )
+
+    def _allowed(self, review: dict[str, Any]) -> bool:
+        answer = self.rest.post("/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
+        return bool(answer.get("status", {}).get("allowed"))
+
+    def _write_token_kubeconfig(self, identity: identities.Identity, path: Path) -> None:
+        """A kubeconfig holding a token of `identity`'s ServiceAccount (TokenRequest), as its
+        pod would get one mounted."""
+        request = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": TOKEN_SECONDS},
+        }
+        answer = self.rest.post(
+            f"/api/v1/namespaces/{identity.namespace}/serviceaccounts/{identity.account}/token",
+            request,
+        )
+        ca = base64.b64encode((self._pki / "ca.crt").read_bytes()).decode()
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": CLUSTER_NAME,
+                    "cluster": {"server": self.server, "certificate-authority-data": ca},
+                }
+            ],
+            "users": [{"name": identity.user, "user": {"token": answer["status"]["token"]}}],
+            "contexts": [
+                {"name": CLUSTER_NAME, "context": {"cluster": CLUSTER_NAME, "user": identity.user}}
+            ],
+            "current-context": CLUSTER_NAME,
+        }
+        path.touch(mode=0o600)
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
 
     def _install_webhooks(self, ports: Mapping[str, controllers.ControllerPorts]) -> None:
         paths = {
@@ -726,6 +847,61 @@ _PROBES: Final[list[tuple[str, str, dict[str, Any]]]] = [
         },
     ),
 ]
+
+
+_RBAC_PATHS: Final = {
+    "ServiceAccount": "/api/v1/{scope}serviceaccounts",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "Role": "/apis/rbac.authorization.k8s.io/v1/{scope}roles",
+    "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/{scope}rolebindings",
+}
+
+
+def _collection(document: dict[str, Any]) -> str:
+    namespace = document["metadata"].get("namespace")
+    scope = f"namespaces/{namespace}/" if namespace else ""
+    return _RBAC_PATHS[document["kind"]].format(scope=scope)
+
+
+def _reviews(
+    binding: dict[str, Any], roles: Mapping[tuple[str, str, str], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """SubjectAccessReviews asking, for each ServiceAccount the binding names, the first right
+    of the role it binds: allowed once the authorizer has seen the binding and the role."""
+    ref = binding["roleRef"]
+    namespace = binding["metadata"].get("namespace", "")
+    role = roles.get((ref["kind"], namespace if ref["kind"] == "Role" else "", ref["name"]))
+    rules = [r for r in (role or {}).get("rules", []) if r.get("resources")]
+    if not rules:  # an aggregated role, or one of the cluster's own: nothing to wait for here
+        return []
+    rule = rules[0]
+    resource, _, subresource = rule["resources"][0].partition("/")
+    attributes = {
+        "group": rule.get("apiGroups", [""])[0],
+        "resource": resource,
+        "subresource": subresource,
+        "verb": rule["verbs"][0],
+        **({"namespace": namespace} if namespace else {}),
+        **({"name": rule["resourceNames"][0]} if rule.get("resourceNames") else {}),
+    }
+    return [
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": identities.username(subject["namespace"], subject["name"]),
+                "groups": [
+                    "system:serviceaccounts",
+                    f"system:serviceaccounts:{subject['namespace']}",
+                    "system:authenticated",
+                ],
+                "resourceAttributes": attributes,
+            },
+        }
+        for subject in binding.get("subjects", [])
+        if subject["kind"] == "ServiceAccount"
+    ]
 
 
 def _ensure_kueue_metrics_cert(ca: certs.CertificateAuthority) -> None:

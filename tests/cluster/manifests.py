@@ -1,4 +1,4 @@
-"""CRDs and webhook configurations of JobSet, Kueue and Trainer, read from the Go module cache.
+"""CRDs, webhook configurations and RBAC of JobSet, Kueue and Trainer, read from the Go modules.
 
 Nothing is copied into the repository: each project's YAML is read at test time from the module
 source `binaries.module_dir` returns, shaped by the same kustomize instructions upstream deploys
@@ -37,6 +37,8 @@ class Layout:
     crds: str
     webhooks: str
     default: str | None  # the overlay whose namePrefix the webhook configurations get
+    rbac: str  # the ServiceAccount, its roles and bindings
+    release: str  # the overlay a release is built from: its namespace and namePrefix
 
 
 LAYOUTS: Final = {
@@ -45,18 +47,26 @@ LAYOUTS: Final = {
         crds="config/components/crd",
         webhooks="config/components/webhook",
         default="config/default",
+        rbac="config/components/rbac",
+        release="config/default",
     ),
     "kueue": Layout(
         component="kueue",
         crds="config/components/crd",
         webhooks="config/components/webhook",
         default="config/default",
+        rbac="config/components/rbac",
+        release="config/default",
     ),
     "trainer": Layout(
         component="trainer",
         crds="manifests/base/crds",
         webhooks="manifests/base/webhook",
         default=None,  # manifests/overlays/manager keeps the names its patches give
+        rbac="manifests/base/rbac",
+        # Trainer's standard install, which also includes JobSet's release (LAYOUTS in
+        # tests/cluster/identities.py).
+        release="manifests/overlays/manager",
     ),
 }
 
@@ -265,3 +275,53 @@ def webhook_configurations(
             path = webhook["clientConfig"]["service"]["path"]
             webhook["clientConfig"] = _client_config(webhook_port, path, ca_bundle)
     return configurations
+
+
+# --- the controllers' identities ----------------------------------------------------------
+
+RBAC_KINDS: Final = frozenset(
+    {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+)
+NAMESPACED_RBAC: Final = frozenset({"ServiceAccount", "Role", "RoleBinding"})
+
+
+def release_namespace(component: str) -> str:
+    """The namespace `component`'s release overlay installs it in (its `namespace:`)."""
+    layout = LAYOUTS[component]
+    namespace = _kustomization(source_dir(layout.component) / layout.release).get("namespace")
+    if not isinstance(namespace, str):
+        raise NotImplementedError(f"{layout.release} of {component} sets no namespace")
+    return namespace
+
+
+def rbac(component: str, *, namespace: str) -> list[Manifest]:
+    """`component`'s ServiceAccount, roles and bindings as its release overlay installs them
+    (its namePrefix), with the namespace `namespace`, which an overlay over the release may
+    change (Trainer's does JobSet's).
+
+    As kustomize does: every name gets the prefix, and so do a binding's roleRef and its
+    ServiceAccount subjects, which also move to `namespace` (the build's own ServiceAccount).
+    """
+    layout = LAYOUTS[component]
+    root = source_dir(layout.component)
+    prefix = _kustomization(root / layout.release).get("namePrefix", "")
+    found = _build(root / layout.rbac)
+    unknown = sorted({d["kind"] for d in found} - RBAC_KINDS)
+    if unknown:
+        raise NotImplementedError(f"{layout.rbac} of {component} also has {unknown}")
+    names = {(d["kind"], d["metadata"]["name"]) for d in found}
+    for document in found:
+        metadata = document["metadata"]
+        metadata["name"] = prefix + metadata["name"]
+        if document["kind"] in NAMESPACED_RBAC:
+            metadata["namespace"] = namespace
+        else:
+            metadata.pop("namespace", None)
+        role = document.get("roleRef", {})
+        if (role.get("kind"), role.get("name")) in names:  # a role of the build, renamed
+            role["name"] = prefix + role["name"]
+        for subject in document.get("subjects", []):
+            if (subject["kind"], subject["name"]) in names:
+                subject["name"] = prefix + subject["name"]
+                subject["namespace"] = namespace
+    return found

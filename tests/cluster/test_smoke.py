@@ -19,6 +19,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tests.cluster.harness import ControlPlane
 from tests.cluster.wait import wait_until
 
 pytestmark = pytest.mark.cluster
@@ -350,6 +351,40 @@ def test_trainjob_becomes_jobset_jobs_and_pods_at_restart_attempt_0(
     assert pod_owner.kind == "Job"
     # spec.trainer travelled TrainJob -> JobSet -> Job -> Pod.
     assert [c.command for c in pod.spec.containers if c.name == "node"] == [COMMAND]
+
+
+def test_each_controller_writes_as_its_upstream_service_account(
+    kube: Kube, namespace: str, torch_runtime: str, control_plane: object
+) -> None:
+    """Trainer makes the JobSet, JobSet the Job, the Job controller the pod: each as the
+    ServiceAccount its upstream install makes, with that install's RBAC, none a cluster admin."""
+    plane = getattr(control_plane, "plane", None)  # tests/support's Cluster: not imported here
+    if not isinstance(plane, ControlPlane):
+        pytest.skip("who wrote what is read in the local control plane's audit log")
+    create_trainjob(kube, namespace, "who", runtime=torch_runtime)
+    wait_for_pods(kube, namespace, "who", attempt="0")
+    users = plane.controller_users
+    for key, plural in (("trainer", "jobsets"), ("jobset", "jobs"), ("job-controller", "pods")):
+        made = [
+            event
+            for event in plane.audit_events(users[key])
+            # Trainer applies its JobSet (server-side apply: a patch that creates).
+            if event["verb"] in ("create", "patch")
+            and event["objectRef"].get("namespace") == namespace
+            and event["objectRef"]["resource"] == plural
+            and event["responseStatus"]["code"] == 201
+        ]
+        assert made, f"no {plural} created by {users[key]}"
+        groups = set(made[0]["user"]["groups"])
+        assert "system:masters" not in groups, groups
+        assert "system:serviceaccounts" in groups, groups
+    assert users["trainer"] == (
+        "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"
+    )
+    assert users["jobset"] == "system:serviceaccount:jobset-system:jobset-controller-manager"
+    assert users["job-controller"] == "system:serviceaccount:kube-system:job-controller"
+    refused = plane.refusals(namespace)
+    assert not refused, [(e["requestURI"], e["responseStatus"]) for e in refused]
 
 
 def test_failed_trainer_pod_restarts_the_jobset_at_attempt_1(

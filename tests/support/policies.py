@@ -9,9 +9,10 @@ DISPATCH_TEST_KUBECONFIG is touched nowhere else):
 - `none`: no policy, where only the audit notices a bypass.
 
 The path guard trusts controllers by name (pipelines/policies/controllers.yaml, upstream's
-ServiceAccounts): the tests install that ConfigMap with the names the local control plane runs
-its controllers as (tests/cluster/harness.py), so a rule that trusted the wrong controller, or
-the admin, fails here.
+ServiceAccounts): the tests install that ConfigMap with the one name each controller of the
+local control plane runs as (upstream's ServiceAccounts in the `releases` layout,
+tests/cluster/identities.py), so a rule that trusted the wrong controller, or the admin, fails
+here.
 
 A policy acts shortly after it is created (its informer must see it): `install` polls with
 server-side dry runs until every policy refuses or raises as it should.
@@ -31,8 +32,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import ledger, wire
-from tests.cluster import kube
-from tests.cluster.harness import CONTROLLER_USERS, KCM_USER
+from tests.cluster import identities, kube
 from tests.cluster.wait import wait_until
 from tests.support.requests import trainjob_body
 from tests.support.shipped import PIPELINES, Manifest, documents
@@ -51,15 +51,12 @@ ACTING_TIMEOUT: Final = 60.0
 # The ConfigMap of controller identities the path guard's bindings name (controllers.yaml).
 CONTROLLERS_NAME: Final = "dispatch-k8s-controllers"
 CONTROLLERS_NAMESPACE: Final = "dispatch-system"
-# The local control plane's: kube-controller-manager runs with
-# --use-service-account-credentials=false, so all its controllers act as one user.
+# The local control plane's (ControlPlane.controller_users, in its default layout):
+# kube-controller-manager runs with --use-service-account-credentials, so each of its
+# controllers acts as its own ServiceAccount.
 HARNESS_CONTROLLERS: Final = {
-    "trainer": CONTROLLER_USERS["trainer"],
-    "jobset": CONTROLLER_USERS["jobset"],
-    "kueue": CONTROLLER_USERS["kueue"],
-    "job-controller": KCM_USER,
-    "garbage-collector": KCM_USER,
-    "namespace-controller": KCM_USER,
+    **identities.USERS[identities.DEFAULT_LAYOUT],
+    **identities.kcm_users(),
 }
 
 

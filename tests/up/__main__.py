@@ -1,7 +1,8 @@
 """`python -m tests.up [--dir DIR]`: run the local control plane until Ctrl-C or SIGTERM.
 
 Builds missing binaries, starts etcd, kube-apiserver, kube-controller-manager and the JobSet,
-Kueue and Trainer controllers on 127.0.0.1, then prints the admin kubeconfig path on stdout
+Kueue and Trainer controllers on 127.0.0.1 (as upstream's ServiceAccounts, in the namespaces of
+`--layout`: tests/cluster/identities.py), then prints the admin kubeconfig path on stdout
 (nothing else goes there; progress and errors go to stderr). It composes the harness
 (`tests/cluster`) with what the suites share (`tests/support`: the node runtime, the shipped
 controller), so it lives above both, as the demo does:
@@ -23,7 +24,7 @@ from types import FrameType
 
 from kubernetes import client, config
 
-from tests.cluster import engine
+from tests.cluster import engine, identities
 from tests.cluster.harness import ControlPlane, ControlPlaneError
 from tests.support import node_controller
 from tests.support.executions import NODE_RUNTIME, TRAINER, api_port, node_runtime
@@ -100,14 +101,19 @@ def _install_controller(plane: ControlPlane, image: str) -> None:
 
 
 def up(
-    run_dir: Path | None, *, node: bool = True, engines: bool = False, controller: bool = False
+    run_dir: Path | None,
+    *,
+    node: bool = True,
+    engines: bool = False,
+    controller: bool = False,
+    layout: identities.Layout = identities.DEFAULT_LAYOUT,
 ) -> int:
     """Start the control plane, print the kubeconfig path, keep running until told to stop."""
     directory = run_dir or Path(tempfile.mkdtemp(prefix="dispatch-k8s-control-plane-"))
     # Explicitly for SIGINT too: a shell starts background jobs with SIGINT ignored.
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
-    plane = ControlPlane(directory, progress=_say, node=node)
+    plane = ControlPlane(directory, progress=_say, node=node, layout=layout)
     # The node imports its images through a Docker engine, which the plane starts if none
     # answers: one started for this run is stopped with it.
     engine_started = node and not engine.engine_ready()
@@ -122,6 +128,8 @@ def up(
             _start_engines(plane, image)
         if controller:
             _install_controller(plane, image)
+        users = ", ".join(f"{key} {user}" for key, user in plane.controller_users.items())
+        _say(f"layout {layout}; the controllers act as: {users}")
         _say(f"ready in {plane.started_seconds:.1f}s; apiserver {plane.server}; Ctrl-C stops it")
         sys.stdout.write(f"{plane.kubeconfig}\n")
         sys.stdout.flush()
@@ -163,10 +171,24 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="with two replicas of the admission controller (pipelines/controller/) on the node",
     )
+    parser.add_argument(
+        "--layout",
+        choices=identities.LAYOUTS,
+        default=identities.DEFAULT_LAYOUT,
+        help="where JobSet, Kueue and Trainer run: each project's own release (releases: "
+        "jobset-system, kueue-system, kubeflow-system), or Trainer's manifests/overlays/manager "
+        "(trainer-overlay: JobSet in kubeflow-system too)",
+    )
     args = parser.parse_args(argv)
     if (args.engines or args.controller) and args.no_node:
         parser.error("--engines and --controller need the node: their pods run there")
-    return up(args.dir, node=not args.no_node, engines=args.engines, controller=args.controller)
+    return up(
+        args.dir,
+        node=not args.no_node,
+        engines=args.engines,
+        controller=args.controller,
+        layout=args.layout,
+    )
 
 
 if __name__ == "__main__":

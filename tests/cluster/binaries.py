@@ -241,35 +241,47 @@ def _upstream_replacements(module: str, version: str) -> list[tuple[str, str]]:
     """The replace lines of `module@version`'s go.mod, as (old, new) `go mod edit` operands.
 
     Go ignores a dependency's replace lines, so the wrapper must repeat them. A replacement
-    by a local path (Kubernetes' ./staging modules) maps to the published tag of that module
-    instead (docs/development.md).
+    by a local path (a module of the same repository) is taken as `replacement` says
+    (docs/development.md).
     """
     out = _go("mod", "download", "-json", f"{module}@{version}", cwd=Path.cwd(), capture=True)
     gomod = json.loads(
         _go("mod", "edit", "-json", json.loads(out)["GoMod"], cwd=Path.cwd(), capture=True)
     )
-    replacements = []
-    for replace in gomod.get("Replace") or []:
-        old, new = replace["Old"]["Path"], replace["New"]
-        if "Version" in new:
-            replacements.append((old, f"{new['Path']}@{new['Version']}"))
-        elif module == "k8s.io/kubernetes":
-            replacements.append((old, f"{old}@v0.{version.removeprefix('v1.')}"))
-        else:
-            raise RuntimeError(f"{module}@{version} replaces {old} with a local path")
-    return replacements
+    repeated = (
+        replacement(module, version, replace["Old"]["Path"], replace["New"])
+        for replace in gomod.get("Replace") or []
+    )
+    return [each for each in repeated if each is not None]
+
+
+def replacement(module: str, version: str, old: str, new: dict[str, str]) -> tuple[str, str] | None:
+    """One replace line of `module@version`'s go.mod as the wrapper repeats it, or None.
+
+    A local path outside Kubernetes stands for a module released with `module` at the version
+    `module` requires of it (etcd's ../api), or guards against an import nothing makes
+    (etcd's ./FORBIDDEN_DEPENDENCY): the wrapper's require says as much, nothing to repeat.
+    Kubernetes requires its staging modules at v0.0.0 and publishes them as v0.<minor>.<patch>.
+    """
+    if "Version" in new:
+        return old, f"{new['Path']}@{new['Version']}"
+    if module == "k8s.io/kubernetes":
+        return old, f"{old}@v0.{version.removeprefix('v1.')}"
+    return None
 
 
 def pin(component: Component) -> None:
     """Regenerate the wrapper module of `component` (go.mod and go.sum)."""
     wrapper = component.wrapper_dir
+    # Read before anything is removed: a module that cannot be pinned leaves its wrapper as it was.
+    replacements = _upstream_replacements(component.module, component.version)
     shutil.rmtree(wrapper, ignore_errors=True)
     wrapper.mkdir(parents=True)
     (wrapper / "go.mod").write_text(
         f"module {WRAPPER_PREFIX}/{component.name}\n\ngo {GO_DIRECTIVE}\n"
     )
     _go("mod", "edit", f"-require={component.module}@{component.version}", cwd=wrapper)
-    for old, new in _upstream_replacements(component.module, component.version):
+    for old, new in replacements:
         _go("mod", "edit", f"-replace={old}={new}", cwd=wrapper)
     for package in component.binaries.values():
         _go("mod", "edit", f"-tool={package}", cwd=wrapper)

@@ -113,3 +113,31 @@ def test_a_version_that_is_not_an_alternative_is_refused(monkeypatch: pytest.Mon
     monkeypatch.setenv("DISPATCH_TRAINER_VERSION", "v2.1.0")
     with pytest.raises(RuntimeError, match=r"DISPATCH_TRAINER_VERSION=v2.1.0: trainer is tested"):
         binaries.components()
+
+
+@pytest.mark.parametrize(
+    ("module", "old", "new", "repeated"),
+    [
+        # A module of the same release, at the version the upstream go.mod requires of it.
+        ("go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/api/v3", {"Path": "../api"}, None),
+        # A guard against an import nothing makes.
+        ("go.etcd.io/etcd/server/v3", "go.etcd.io/etcd", {"Path": "./FORBIDDEN_DEPENDENCY"}, None),
+        (
+            "k8s.io/kubernetes",
+            "k8s.io/api",
+            {"Path": "./staging/src/k8s.io/api"},
+            ("k8s.io/api", "k8s.io/api@v0.36.3"),
+        ),
+        (
+            "sigs.k8s.io/jobset",
+            "a.example/x",
+            {"Path": "b.example/x", "Version": "v1.2.3"},
+            ("a.example/x", "b.example/x@v1.2.3"),
+        ),
+    ],
+)
+def test_pin_repeats_an_upstream_replace_line_or_says_why_not(
+    module: str, old: str, new: dict[str, str], repeated: tuple[str, str] | None
+) -> None:
+    version = "v1.36.3" if module == "k8s.io/kubernetes" else "v3.6.8"
+    assert binaries.replacement(module, version, old, new) == repeated

@@ -1,4 +1,4 @@
-"""An opening that no raise covers, told from the TrainJob alone (docs/operations.md: The audit).
+"""An opening no raise covers, and records no raise wrote, from the TrainJob (docs/operations.md).
 
 Every raise of A records in `open-until-generation` the last `metadata.generation` from which
 the job may be opened on it (pipelines/policies/guard.yaml): the generation the raise itself
@@ -27,8 +27,14 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from dispatch_k8s.core.rules import shapes
+from dispatch_k8s.core.rules import trainjob as trainjobs
 from dispatch_k8s.core.rules.audit import Finding, FindingKind
-from dispatch_k8s.core.rules.wire import OPEN_UNTIL_GENERATION_ANNOTATION
+from dispatch_k8s.core.rules.wire import (
+    ADMISSION_FLOOR_ANNOTATION,
+    LAST_EXECUTION_ANNOTATION,
+    OPEN_UNTIL_GENERATION_ANNOTATION,
+    RAISED_FOR_ANNOTATION,
+)
 
 # As guard.yaml reads the record: decimal digits, short enough to be a generation.
 _RECORD: Final = re.compile(r"[0-9]{1,18}")
@@ -75,3 +81,56 @@ def decide_unraised_opening(trainjob: Mapping[str, Any]) -> Finding | None:
         f"an opening from generation {record} at the latest, so up to {int(record) + 1}): {_HOW}"
     )
     return Finding(kind=FindingKind.UNRAISED_OPENING, reason=reason)
+
+
+def decide_unearned_records(trainjob: Mapping[str, Any]) -> Finding | None:
+    """The finding for a suspended TrainJob holding records no raise of A wrote, or None.
+
+    What only a raise (or an execution after one) writes, where no raise was: records forged
+    at creation. `start` makes a job with A and its floor at 0 and none of these records;
+    every raise writes `open-until-generation` (with A, the floor, and `raised-for` where Kueue
+    reserved), and no execution runs before an opening. So without that record, a floor or an
+    A above 0, a `raised-for` or a `last-execution` were written by hand: they would bound what
+    later raises and audits compare with. And a record past the generation after the current one was
+    written by hand too (a raise records at most one ahead: module docstring). `highest-restart`
+    and `jobset-uid` are not among them: the audit writes both at first sight, raised or not
+    (a forged `jobset-uid` is then not the JobSet's, which is its own finding).
+    An open job is `decide_unraised_opening`'s.
+    """
+    if shapes.at(trainjob, "spec").get("suspend") is not True:
+        return None
+    meta = shapes.mapping(trainjob.get("metadata"))
+    annotations = shapes.annotations_of(trainjob)
+    record = annotations.get(OPEN_UNTIL_GENERATION_ANNOTATION)
+    generation = meta.get("generation")
+    where = f"TrainJob {meta.get('name')}"
+    if record is not None:
+        if not isinstance(record, str) or not _RECORD.fullmatch(record):
+            return None  # unreadable, it covers no opening: decide_unraised_opening's, once open
+        if isinstance(generation, int) and not isinstance(generation, bool):
+            if int(record) <= generation + 1:
+                return None
+            reason = (
+                f"{where} is suspended at metadata.generation {generation}, but "
+                f"{OPEN_UNTIL_GENERATION_ANNOTATION} {record} is past any generation a raise of "
+                f"A records (at most {generation + 1} now): it was written by hand"
+            )
+            return Finding(kind=FindingKind.UNEARNED_RECORD, reason=reason)
+        return None
+    told = []
+    floor, in_patch = trainjobs.admission_floor(trainjob), trainjobs.admission_in_patch(trainjob)
+    if isinstance(floor, int) and floor > 0:
+        told.append(f"{ADMISSION_FLOOR_ANNOTATION} {floor}")
+    if isinstance(in_patch, int) and in_patch > 0:
+        told.append(f"A {in_patch} in its runtime patch")
+    told += [
+        key for key in (RAISED_FOR_ANNOTATION, LAST_EXECUTION_ANNOTATION) if key in annotations
+    ]
+    if not told:
+        return None
+    reason = (
+        f"{where} holds {', '.join(told)}, but no {OPEN_UNTIL_GENERATION_ANNOTATION}: no raise "
+        "of A was made on it, so these were written by hand (forged at creation), and would "
+        "bound what later raises and audits compare with"
+    )
+    return Finding(kind=FindingKind.UNEARNED_RECORD, reason=reason)

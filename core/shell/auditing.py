@@ -216,8 +216,10 @@ def decide(
     `trainjob` (and in what `job_audit` was given): they are findings of their own.
     """
     findings, observed = job_audit.result(jobset_after=jobset_after)
-    unraised = opening.decide_unraised_opening(trainjob)
-    if unraised is not None:  # first: it says how the execution began
+    unraised = opening.decide_unraised_opening(trainjob) or opening.decide_unearned_records(
+        trainjob
+    )
+    if unraised is not None:  # first: it says how the execution began (or none can rightly)
         findings = (unraised, *findings)
     remade = ledger.decide_remade(trainjob, created)
     if remade is not None:  # before all: the whole TrainJob is not the one start made

@@ -8,7 +8,12 @@ Each cell of the matrix below is one small attack function, tried once per polic
 
 - `refused RULE`: the API server refuses it, HTTP 403 naming `dispatch-k8s guard RULE:`;
 - `flagged`: accepted, and `dispatch-audit` then exits 7 with the cell's message fragment and
-  flags the TrainJob foreign;
+  flags the TrainJob foreign (a create's: the one it made); where a cell runs the admission
+  controller's auditor beside it (`none` of the creates, detection only as it ships), the
+  auditor has flagged it first, with that fragment in its cause;
+- `not flagged (the audit's own record)`: accepted, and neither flags it: the record was
+  forged with the value the audit itself writes at first sight, raised or not (J 0), which
+  bounds R no lower than the earned one;
 - `R up`: accepted, and every execution that ran after it printed an R above every earlier
   one's (what each execution saw is what its own process printed: pods/log); `last N`: the
   last printed N, the R the raise rule gives;
@@ -20,15 +25,14 @@ Each cell of the matrix below is one small attack function, tried once per polic
 - `UNSEEN`: accepted, an execution repeats R in its slot, and the audit exits 0: the limit of
   `dispatch-audit` alone (docs/policies.md: The trust boundary), where the records it compares
   with are the actor's to erase. Asserted as it is, so that a
-  fix turns the cell red until it is moved (the admission controller's auditor, which this
-  suite does not run, sees the erasure: tests/integration/test_auditor.py);
+  fix turns the cell red until it is moved (the admission controller's auditor, which the
+  matrix runs only beside the creates, sees the erasure: tests/integration/test_auditor.py, and
+  `test_the_unseen_cell_with_the_controller_s_auditor_running_is_flagged` below);
 - `... (v2.2.1); R up (v2.3.0: built from its copy)`: an edit of the runtime the job names. Trainer
   v2.3.0 builds the job from its copy of the runtime, taken before the edit (the runtime
   snapshot, found on the cluster), so the edit decides nothing: the job is released, R rises,
   and the audit exits 0; Trainer v2.2.1 builds from the runtime itself: the first outcome;
 - `RBAC`: the actor has no right to it: a 403 from RBAC, whose message names no guard rule.
-- `not tried`: a cell run only where the guard is installed (a record forged at creation,
-  which no audit is yet asked to tell from one earned).
 
 Where an accepted edit matters only once something runs again, the cell's follow-up does what
 would come next (the next execution, a release by `dispatch-unsuspend`, a rerun) before the
@@ -40,19 +44,19 @@ admission check Pending).
 trainjob create member: dry-run-output-after-delete (running)
     all, guard: refused ledger-spent; none: flagged
 trainjob create member: copy-forging-admission-floor (running)
-    all, guard: refused create-initial; none: not tried
+    all, guard: refused create-initial; none: flagged
 trainjob create member: copy-forging-admission (running)
-    all, guard: refused create-initial; none: not tried
+    all, guard: refused create-initial; none: flagged
 trainjob create member: copy-forging-open-until-generation (running)
-    all, guard: refused create-initial; none: not tried
+    all, guard: refused create-initial; none: flagged
 trainjob create member: copy-forging-last-execution (running)
-    all, guard: refused create-initial; none: not tried
+    all, guard: refused create-initial; none: flagged
 trainjob create member: copy-forging-highest-restart (running)
-    all, guard: refused create-initial; none: not tried
+    all, guard: refused create-initial; none: not flagged (the audit's own record)
 trainjob create member: copy-forging-jobset-uid (running)
-    all, guard: refused create-initial; none: not tried
+    all, guard: refused create-initial; none: flagged
 trainjob create member: copy-forging-raised-for (running)
-    all, guard: refused create-initial; none: not tried
+    all, guard: refused create-initial; none: flagged
 trainjob patch member: release-by-hand (held)
     all: R up, last 2; guard: refused open-after-raise; none: flagged
 trainjob update steps: release-by-hand (held)
@@ -260,7 +264,15 @@ class FromCopy:
     otherwise: Flagged
 
 
-Outcome = Refused | Flagged | RaisedR | Blocked | Unseen | PutBack | OpeningRefused | FromCopy
+@dataclass(frozen=True, slots=True)
+class Unflagged:
+    """Accepted, and neither the audit nor the auditor flags it: a record forged with the value
+    the audit itself writes, which bounds R no lower than the earned one."""
+
+
+Outcome = (
+    Unflagged | Refused | Flagged | RaisedR | Blocked | Unseen | PutBack | OpeningRefused | FromCopy
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -489,6 +501,19 @@ def _release_refused(target: Target) -> None:
     target.refusals.append(run.error)
 
 
+def _release_refused_as_flagged(target: Target) -> None:
+    """The auditor beside flags the job before anyone opens it; the pipeline's release then
+    refuses it (dispatch-unsuspend exits 7: a person decides), and nothing runs."""
+    _flagged_by_the_auditor(target, target.name, REMADE)
+    run = run_stage(
+        target.step, "unsuspend", "--namespace", target.namespace, "--name", target.name
+    )
+    assert run.code == 7, run.error
+    assert target.trainjob()["spec"]["suspend"] is True
+    fresh = [e.r for e in executions(target) if e.uid not in target.seen]
+    assert fresh == [], f"printed R {fresh} after the release was refused"
+
+
 def _gone_or_rerun(target: Target) -> None:
     """The deleted pod is gone, and whatever JobSet does next has printed (or nothing runs)."""
     core = client.CoreV1Api(target.admin)
@@ -554,7 +579,7 @@ def _copy_forging(key: str, value: str) -> Callable[[Target], None]:
         body.pop("status", None)
         meta = body["metadata"]
         body["metadata"] = {k: meta[k] for k in ("namespace", "labels", "annotations")}
-        body["metadata"]["name"] = f"{target.name}-copy"
+        body["metadata"]["name"] = f"{target.name}{COPY}"
         annotations = body["metadata"]["annotations"]
         for record in COPIED_RECORDS:
             annotations.pop(record, None)
@@ -583,6 +608,7 @@ def _copy_forging(key: str, value: str) -> Callable[[Target], None]:
     return edit
 
 
+COPY: Final = "-copy"  # the suffix of a copy's name
 COPIED_RECORDS: Final = (
     wire.OPEN_UNTIL_GENERATION_ANNOTATION,
     wire.LAST_EXECUTION_ANNOTATION,
@@ -996,6 +1022,8 @@ class Cell:
     expect: Mapping[Install, Outcome]
     then: Callable[[Target], None] | Mapping[Install, Callable[[Target], None]] | None = None
     runtime: RuntimeShape = "cluster"
+    audited: str = ""  # the suffix of the TrainJob judged: a copy's, where the edit makes one
+    auditor: bool = False  # `none` runs the admission controller's auditor beside (detection)
 
     @property
     def actor(self) -> Actor:
@@ -1033,6 +1061,19 @@ FORGED_AT_CREATE: Final = {
     wire.JOBSET_UID_ANNOTATION: "5f0c1a2e-0000-4000-8000-000000000009",
     wire.RAISED_FOR_ANNOTATION: "uid 2026-12-06T00:00:00Z",
 }
+# What detection alone (the audit, the auditor) says of each forged record: a raise's record
+# on a job no raise was made on (core/rules/opening.py), else what the record contradicts.
+UNEARNED: Final[Mapping[str, Outcome]] = {
+    wire.ADMISSION_ANNOTATION: Flagged("holds A 1 in its runtime patch, but no"),
+    wire.ADMISSION_FLOOR_ANNOTATION: Flagged(f"holds {wire.ADMISSION_FLOOR_ANNOTATION} 1, but no"),
+    wire.OPEN_UNTIL_GENERATION_ANNOTATION: Flagged("999999 is past any generation a raise"),
+    wire.JOBSET_UID_ANNOTATION: Flagged(
+        f"is not the recorded {FORGED_AT_CREATE[wire.JOBSET_UID_ANNOTATION]}"
+    ),
+    # J 0 is what the audit itself records at first sight, raised or not: a forged 0 is an
+    # earned one, and a higher one only raises A further.
+    wire.HIGHEST_RESTART_ANNOTATION: Unflagged(),
+}
 RERUN: Final = "which the execution of pod UID"
 RUNTIME_CHANGED: Final = f"TrainingRuntime {LOCAL_RUNTIME} changed since start checked it"
 FOREIGN_A: Final = "(manager someone.example/tweaks) sets pod template metadata annotation"
@@ -1045,7 +1086,8 @@ CELLS: Final = [
         "running",
         _remake_from_dry_run,
         guarded("ledger-spent", none=Flagged(REMADE)),
-        then=_release,
+        then=_release_refused_as_flagged,
+        auditor=True,
     ),
     *(
         Cell(
@@ -1053,7 +1095,9 @@ CELLS: Final = [
             f"copy-forging-{key.split('/')[1]}",
             "running",
             _copy_forging(key, value),
-            {"all": Refused("create-initial"), "guard": Refused("create-initial")},
+            guarded("create-initial", none=UNEARNED.get(key, Flagged(f"holds {key}, but no"))),
+            audited=COPY,
+            auditor=True,
         )
         for key, value in FORGED_AT_CREATE.items()
     ),
@@ -1364,6 +1408,8 @@ def _said(outcome: Outcome) -> str:
         return "R up" if outcome.last is None else f"R up, last {outcome.last}"
     if isinstance(outcome, FromCopy):
         return f"{_said(outcome.otherwise)} (v2.2.1); R up (v2.3.0: built from its copy)"
+    if isinstance(outcome, Unflagged):
+        return "not flagged (the audit's own record)"
     return {Flagged: "flagged", Blocked: "blocked", Unseen: "UNSEEN", PutBack: "put back"}[
         type(outcome)
     ]
@@ -1374,9 +1420,7 @@ def matrix() -> str:
     lines = []
     for cell in CELLS:
         said = {installed: _said(outcome) for installed, outcome in cell.expect.items()}
-        if "none" not in said:  # a path no detection is asked of yet
-            verdict = f"all, guard: {said['all']}; none: not tried"
-        elif said["all"] == said["guard"] == said["none"]:
+        if said["all"] == said["guard"] == said["none"]:
             verdict = f"every install: {said['all']}"
         elif said["all"] == said["guard"]:
             verdict = f"all, guard: {said['all']}; none: {said['none']}"
@@ -1507,6 +1551,7 @@ def test_every_edit_on_the_path_is_refused_raised_or_flagged(
     member: client.ApiClient,
     request: pytest.FixtureRequest,
     control_plane: Cluster,
+    tmp_path: Path,
 ) -> None:
     check = ""
     queue: list[str] = []
@@ -1523,64 +1568,91 @@ def test_every_edit_on_the_path_is_refused_raised_or_flagged(
         flags = start_flags(namespace, LOCAL_RUNTIME, *kind, train=RUNS, job_id=cell.case)
     started = step("start", *flags)
     assert started.code == 0, started.error
-    with attacker(cell.actor, member, request) as actor:
-        target = Target(
-            namespace=namespace,
-            name=started.result["name"],
-            actor=actor,
-            admin=api_client,
-            step=step,
-            check=check,
-            flags=tuple(flags),
-            kueue_log=control_plane.plane.logs["kueue"] if control_plane.plane else None,
-        )
-        prepare(target, cell.stage)
-        refusal = refused(lambda: cell.edit(target))
-    outcome = cell.expect[installed]
-    if isinstance(outcome, Refused):
-        assert refusal is not None, f"{cell.id} was accepted where the guard is installed"
-        assert refusal.status == 403, message(refusal)
-        assert f"dispatch-k8s guard {outcome.rule}:" in message(refusal)
-        return
-    assert refusal is None, f"refused ({installed}): {message(refusal)}"
-    if isinstance(outcome, FromCopy):
-        if _has_snapshot(target):
-            _release(target)
-            ran = target.history()
-            assert ran == sorted(set(ran)), f"{cell.id} ({installed}): printed R {ran}, not rising"
-            audited = run_stage(step, "audit", "--namespace", namespace, "--name", target.name)
-            assert audited.code == 0, audited.error
+    auditing = installed == "none" and cell.auditor
+    with contextlib.ExitStack() as beside:
+        if auditing:
+            beside.enter_context(replicas(control_plane.kubeconfig, namespace, tmp_path, "auditor"))
+        with attacker(cell.actor, member, request) as actor:
+            target = Target(
+                namespace=namespace,
+                name=started.result["name"],
+                actor=actor,
+                admin=api_client,
+                step=step,
+                check=check,
+                flags=tuple(flags),
+                kueue_log=control_plane.plane.logs["kueue"] if control_plane.plane else None,
+            )
+            prepare(target, cell.stage)
+            refusal = refused(lambda: cell.edit(target))
+        outcome = cell.expect[installed]
+        if isinstance(outcome, Refused):
+            assert refusal is not None, f"{cell.id} was accepted where the guard is installed"
+            assert refusal.status == 403, message(refusal)
+            assert f"dispatch-k8s guard {outcome.rule}:" in message(refusal)
             return
-        outcome = outcome.otherwise
-    then = cell.then[installed] if isinstance(cell.then, Mapping) else cell.then
-    if then is not None:
-        then(target)
-    ran = target.history()
-    if isinstance(outcome, RaisedR):  # the follow-up waited for what ran next
-        assert ran == sorted(set(ran)), f"{cell.id} ({installed}): printed R {ran}, not rising"
-        if outcome.last is not None:
-            assert ran[-1:] == [outcome.last], f"{cell.id} ({installed}): printed R {ran}"
-        return
-    if isinstance(outcome, PutBack | OpeningRefused):
-        assert ran == [], f"{cell.id} ({installed}): printed R {ran}"
-        return
-    if isinstance(outcome, Blocked):
-        assert any(f in r for f in outcome.fragments for r in target.refusals), target.refusals
-        assert ran == [], f"{cell.id} ({installed}): printed R {ran}"
-        return
-    if isinstance(outcome, Unseen):
-        assert target.repeated(), f"{cell.id} ({installed}): printed R {ran}, no repeat"
-        unseen = run_stage(step, "audit", "--namespace", namespace, "--name", target.name)
-        assert unseen.code == 0, unseen.error
-        return
-    audit = run_stage(step, "audit", "--namespace", namespace, "--name", target.name)
-    assert audit.code == 7, (
-        f"{cell.id} was accepted ({installed}) and not flagged: an execution could repeat R "
-        f"(printed R {ran})"
-    )
-    assert outcome.fragment in audit.error, audit.error
-    flag = target.trainjob()["metadata"]["annotations"].get(wire.FOREIGN_ANNOTATION)
-    assert flag == wire.FOREIGN
+        assert refusal is None, f"refused ({installed}): {message(refusal)}"
+        if isinstance(outcome, FromCopy):
+            if _has_snapshot(target):
+                _release(target)
+                ran = target.history()
+                assert ran == sorted(set(ran)), (
+                    f"{cell.id} ({installed}): printed R {ran}, not rising"
+                )
+                audited = run_stage(step, "audit", "--namespace", namespace, "--name", target.name)
+                assert audited.code == 0, audited.error
+                return
+            outcome = outcome.otherwise
+        then = cell.then[installed] if isinstance(cell.then, Mapping) else cell.then
+        if then is not None:
+            then(target)
+        ran = target.history()
+        judged = f"{target.name}{cell.audited}"  # the TrainJob the audit and the auditor judge
+        if isinstance(outcome, RaisedR):  # the follow-up waited for what ran next
+            assert ran == sorted(set(ran)), f"{cell.id} ({installed}): printed R {ran}, not rising"
+            if outcome.last is not None:
+                assert ran[-1:] == [outcome.last], f"{cell.id} ({installed}): printed R {ran}"
+            return
+        if isinstance(outcome, PutBack | OpeningRefused):
+            assert ran == [], f"{cell.id} ({installed}): printed R {ran}"
+            return
+        if isinstance(outcome, Blocked):
+            assert any(f in r for f in outcome.fragments for r in target.refusals), target.refusals
+            assert ran == [], f"{cell.id} ({installed}): printed R {ran}"
+            return
+        if isinstance(outcome, Unflagged):
+            audit = run_stage(step, "audit", "--namespace", namespace, "--name", judged)
+            assert audit.code == 0, audit.error
+            kept = read_trainjob(client.CustomObjectsApi(api_client), namespace, judged)
+            assert wire.FOREIGN_ANNOTATION not in kept["metadata"]["annotations"], kept
+            return
+        if isinstance(outcome, Unseen):
+            assert target.repeated(), f"{cell.id} ({installed}): printed R {ran}, no repeat"
+            unseen = run_stage(step, "audit", "--namespace", namespace, "--name", target.name)
+            assert unseen.code == 0, unseen.error
+            return
+        if auditing:  # before dispatch-audit, which would flag it itself
+            _flagged_by_the_auditor(target, judged, outcome.fragment)
+        audit = run_stage(step, "audit", "--namespace", namespace, "--name", judged)
+        assert audit.code == 7, (
+            f"{cell.id} was accepted ({installed}) and not flagged: an execution could repeat R "
+            f"(printed R {ran})"
+        )
+        assert outcome.fragment in audit.error, audit.error
+        judged_job = read_trainjob(client.CustomObjectsApi(api_client), namespace, judged)
+        flag = judged_job["metadata"]["annotations"].get(wire.FOREIGN_ANNOTATION)
+        assert flag == wire.FOREIGN
+
+
+def _flagged_by_the_auditor(target: Target, name: str, fragment: str) -> None:
+    """The admission controller's auditor flags TrainJob `name` with `fragment` in its cause."""
+
+    def cause() -> str | None:
+        job = read_trainjob(client.CustomObjectsApi(target.admin), target.namespace, name)
+        found = (job["metadata"].get("annotations") or {}).get(wire.FOREIGN_CAUSE_ANNOTATION, "")
+        return found if found and fragment in found else None
+
+    wait_until(cause, what=f"the auditor to flag {name}: {fragment}", timeout=DEADLINE)
 
 
 # --- what RBAC does not allow an actor: a 403 that names no guard rule ----------------------

@@ -20,6 +20,7 @@ from dispatch_k8s.core.rules.wire import (
     JOBSET_UID_ANNOTATION,
     JOBSET_UID_KEY,
     LAST_EXECUTION_ANNOTATION,
+    OPEN_UNTIL_GENERATION_ANNOTATION,
     REPLICATED_JOB_NAME_KEY,
     RESTART_ATTEMPT_KEY,
 )
@@ -42,6 +43,7 @@ def trainjob_dict(
     highest_restart: str | None = None,
     last_execution: str | None = None,
     generation: Any = 3,
+    open_until: str | None = "3",
 ) -> dict[str, Any]:
     """A TrainJob as the steps leave it after one raise; None leaves an annotation unset."""
     annotations = {
@@ -51,6 +53,7 @@ def trainjob_dict(
         FOREIGN_CAUSE_ANNOTATION: cause,
         HIGHEST_RESTART_ANNOTATION: highest_restart,
         LAST_EXECUTION_ANNOTATION: last_execution,
+        OPEN_UNTIL_GENERATION_ANNOTATION: open_until,  # the raise's, which opened it
     }
     # Someone else's patch sits beside ours, as a Kueue or platform patch would.
     patches: list[dict[str, Any]] = [{"manager": "platform.example/limits"}]

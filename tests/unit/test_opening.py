@@ -1,16 +1,28 @@
-"""An opening that no raise covers, from the TrainJob alone (core/rules/opening.py)."""
+"""An opening that no raise covers, and records no raise wrote, from the TrainJob alone
+(core/rules/opening.py)."""
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Any, Final
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatch_k8s.core.rules.audit import FindingKind
-from dispatch_k8s.core.rules.opening import decide_unraised_opening
-from dispatch_k8s.core.rules.wire import OPEN_UNTIL_GENERATION_ANNOTATION
+from dispatch_k8s.core.rules.decisions import ResourceVersion
+from dispatch_k8s.core.rules.opening import decide_unearned_records, decide_unraised_opening
+from dispatch_k8s.core.rules.trainjob import Raise, with_admission
+from dispatch_k8s.core.rules.wire import (
+    ADMISSION_FLOOR_ANNOTATION,
+    HIGHEST_RESTART_ANNOTATION,
+    JOBSET_UID_ANNOTATION,
+    LAST_EXECUTION_ANNOTATION,
+    OPEN_UNTIL_GENERATION_ANNOTATION,
+    RAISED_FOR_ANNOTATION,
+)
+from tests.unit.audit_factories import UID, trainjob_dict
 
 UNTIL = OPEN_UNTIL_GENERATION_ANNOTATION
 
@@ -119,3 +131,84 @@ def test_flagged_exactly_when_open_past_the_record_plus_one(
     flagged = decide_unraised_opening(job) is not None
     # A raise never records more than one generation ahead: one further was written by hand.
     assert flagged == (not suspend and (generation > until + 1 or until > generation + 1))
+
+
+def started(**annotations: Any) -> dict[str, Any]:
+    """A suspended TrainJob as start makes it (A and its floor 0), with `annotations` over it."""
+    job = trainjob_dict(admission="0", floor="0", generation=1, open_until=None)
+    job["spec"]["suspend"] = True
+    job["metadata"]["annotations"].update(annotations)
+    return job
+
+
+def raised(job: dict[str, Any], *, suspend: bool | None = None) -> dict[str, Any]:
+    """`job` after a raise of A to 1, as dispatch-unsuspend (open) or Kueue's check writes it."""
+    decision = Raise(
+        admission=1,
+        resource_version=ResourceVersion("1"),
+        jobset_uid=None,
+        restart=0,
+        highest_restart=0,
+        generation=2,
+    )
+    written = with_admission(job, decision, suspend=suspend)
+    written["metadata"]["generation"] = 2  # the API server's, for the patch's change
+    return written
+
+
+def test_start_s_job_and_a_raised_job_hold_no_unearned_record() -> None:
+    assert decide_unearned_records(started()) is None
+    assert decide_unearned_records(raised(started())) is None, "raised, left suspended"
+    held = raised(started(), suspend=False)
+    held["spec"]["suspend"] = True
+    held["metadata"]["generation"] = 3
+    held["metadata"]["annotations"][LAST_EXECUTION_ANNOTATION] = RECORD
+    assert decide_unearned_records(held) is None, "raised, ran, held"
+    # What the audit writes at first sight, raised or not, is no finding.
+    seen = started(**{HIGHEST_RESTART_ANNOTATION: "0", JOBSET_UID_ANNOTATION: UID})
+    assert decide_unearned_records(seen) is None
+
+
+RECORD: Final = json.dumps({"pod": "forged", "r": 1, "slot": "pinned/0/0"})
+
+
+@pytest.mark.parametrize(
+    ("forged", "told"),
+    [
+        ({ADMISSION_FLOOR_ANNOTATION: "1"}, f"holds {ADMISSION_FLOOR_ANNOTATION} 1,"),
+        ({RAISED_FOR_ANNOTATION: "uid 2026-12-06T00:00:00Z"}, f"holds {RAISED_FOR_ANNOTATION},"),
+        ({LAST_EXECUTION_ANNOTATION: RECORD}, f"holds {LAST_EXECUTION_ANNOTATION},"),
+        ({UNTIL: "999999"}, f"{UNTIL} 999999 is past any generation a raise of A records"),
+    ],
+    ids=["floor", "raised-for", "last-execution", "open-until-generation"],
+)
+def test_a_record_forged_at_creation_is_unearned(forged: dict[str, str], told: str) -> None:
+    finding = decide_unearned_records(started(**forged))
+    assert finding is not None
+    assert finding.kind is FindingKind.UNEARNED_RECORD
+    assert told in finding.reason
+    assert "TrainJob train-1 " in finding.reason
+
+
+def test_an_a_forged_in_the_patch_at_creation_is_unearned() -> None:
+    job = trainjob_dict(admission="1", floor="0", generation=1, open_until=None)
+    job["spec"]["suspend"] = True
+    finding = decide_unearned_records(job)
+    assert finding is not None
+    assert "holds A 1 in its runtime patch, but no " in finding.reason
+
+
+def test_an_open_job_is_left_to_the_opening_s_rule() -> None:
+    job = started(**{ADMISSION_FLOOR_ANNOTATION: "1"})
+    job["spec"]["suspend"] = False
+    assert decide_unearned_records(job) is None
+    assert decide_unraised_opening(job) is not None
+
+
+@given(generation=st.integers(1, 10**12), until=st.integers(0, 10**12))
+def test_a_suspended_job_s_record_is_unearned_exactly_when_past_the_next_generation(
+    generation: int, until: int
+) -> None:
+    job = started(**{UNTIL: str(until), ADMISSION_FLOOR_ANNOTATION: "3"})
+    job["metadata"]["generation"] = generation
+    assert (decide_unearned_records(job) is not None) == (until > generation + 1)

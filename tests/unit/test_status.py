@@ -87,7 +87,7 @@ def test_a_running_plain_job_shows_what_its_execution_sees() -> None:
 
 
 def test_a_job_never_opened_shows_the_first_execution_at_r_1() -> None:
-    record = describe(job(suspend=True, admission="0", floor="0"))
+    record = describe(job(suspend=True, admission="0", floor="0", open_until=None))
     assert record["state"] == status.SUSPENDED
     assert record["execution"]["which"] == "next"
     assert (record["execution"]["r"], record["execution"]["epoch"]) == (1, 3_000_007_000_001)
@@ -95,7 +95,8 @@ def test_a_job_never_opened_shows_the_first_execution_at_r_1() -> None:
 
 def test_after_a_reset_of_j_the_next_execution_is_above_every_r() -> None:
     # A = 2 ran up to J = 3 (R = 5); the JobSet was replaced (J = 0): the next R is 6.
-    made = job(suspend=True, admission="2", floor="2", highest_restart="3")
+    # Held after the raise that opened it at generation 1 (the record is spent).
+    made = job(suspend=True, admission="2", floor="2", highest_restart="3", open_until="1")
     execution = describe(made, jobset_dict(restarts=0))["execution"]
     assert (execution["admission"], execution["restart"], execution["r"]) == (6, 0, 6)
 

@@ -204,7 +204,7 @@ def test_a_job_open_on_its_own_raise_is_done_and_any_other_is_not() -> None:
     raised_while_suspended = with_admission(job, raised(2, generation=4))
     raised_while_suspended["metadata"]["generation"] = 4
     assert opened_by_last_raise(raised_while_suspended) is None, "still suspended"
-    by_hand = trainjob_dict()  # open, no record of a raise that opened it
+    by_hand = trainjob_dict(open_until=None)  # open, no record of a raise that opened it
     assert opened_by_last_raise(by_hand) is None
 
 

@@ -31,6 +31,7 @@ class FindingKind(StrEnum):
         "unraised-opening"  # open at a generation no raise covers (core.rules.opening)
     )
     RECORD_ERASED = "record-erased"  # a record that bounds R moved back (core.rules.erasure)
+    UNEARNED_RECORD = "unearned-record"  # a raise's record where no raise was (core.rules.opening)
     REMADE = "remade"  # a spent identity's TrainJob made again outside start (core.rules.ledger)
 
 

@@ -4,7 +4,9 @@ limit docs/policies.md (The trust boundary) states, shown as it is so that a fix
 A process started with `kubectl exec` in a running trainer pod gets the container's
 environment as the pod spec gives it, the `DISPATCH_K8S_*` inputs among them; run through the
 prologue the container's own command holds, it prints the running execution's
-`DISPATCH_EPOCH` and `DISPATCH_ATTEMPT`. No object changes, so the audit exits 0.
+`DISPATCH_EPOCH` and `DISPATCH_ATTEMPT`. No object changes, so the audit exits 0, and the
+admission controller's auditor, running beside throughout, audits the job again after the exec
+and finds it clean: detection cannot see an exec.
 """
 
 from __future__ import annotations
@@ -16,13 +18,16 @@ import pytest
 from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
+from tests.cluster.wait import wait_until
 from tests.support.cluster_under_test import Cluster
-from tests.support.executions import RUNS, SHOW, pods, printed, start_flags
+from tests.support.executions import RUNS, SHOW, Printed, pods, printed, start_flags
 from tests.support.kubectl import run_kubectl
-from tests.support.lifecycle import Step, run_stage
+from tests.support.lifecycle import DEADLINE, Step, read_trainjob, run_stage
+from tests.support.replicas import replicas
 from tests.support.step_identity import service_account_token, token_kubeconfig
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster, pytest.mark.policies("all")]
+AUDITS = "dispatch_admission_audits_total"  # the auditor's passes, by outcome
 EDITOR = "editor"  # with the built-in ClusterRole `edit`'s rules, as a team usually has
 
 
@@ -75,7 +80,41 @@ def test_an_exec_in_a_running_trainer_pod_prints_the_execution_s_epoch_and_attem
     assert started.code == 0, started.error
     name = started.result["name"]
     target = ("--namespace", namespace, "--name", name)
-    assert run_stage(step, "unsuspend", *target).code == 0
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "auditor") as (auditor,):
+        seen, inputs, execution = _exec_in_the_running_pod(
+            step, namespace, name, api_client, control_plane, tmp_path
+        )
+        # The auditor's resync audits the job again after the exec: nothing changed, it is clean.
+        clean = auditor.metric(AUDITS, 'outcome="clean"')
+        wait_until(
+            lambda: auditor.metric(AUDITS, 'outcome="clean"') > clean or None,
+            what=f"the auditor to audit {name} again after the exec",
+            timeout=DEADLINE,
+        )
+        assert auditor.metric(AUDITS, 'outcome="flagged"') == 0, "the auditor flagged nothing"
+    assert inputs.split() == ["1", "0"], "the exec sees the DISPATCH_K8S_* inputs: A = 1, J = 0"
+    assert seen.split() == [str(execution.epoch), execution.attempt], (
+        "the exec printed the running execution's DISPATCH_EPOCH and DISPATCH_ATTEMPT"
+    )
+    annotations = read_trainjob(client.CustomObjectsApi(api_client), namespace, name)["metadata"][
+        "annotations"
+    ]
+    assert wire.FOREIGN_ANNOTATION not in annotations, annotations
+    audit = run_stage(step, "audit", *target)
+    assert audit.code == 0, f"no object changed, so the audit sees nothing: {audit.error}"
+
+
+def _exec_in_the_running_pod(
+    step: Step,
+    namespace: str,
+    name: str,
+    api_client: client.ApiClient,
+    control_plane: Cluster,
+    tmp_path: Path,
+) -> tuple[str, str, Printed]:
+    """Open the job; as the editor, exec the prologue (and the inputs) in its trainer pod: what
+    each exec printed, and the execution the pod's own process printed."""
+    assert run_stage(step, "unsuspend", "--namespace", namespace, "--name", name).code == 0
     core = client.CoreV1Api(api_client)
     execution = printed(core, namespace, name, restart=0, admission=1)
     (pod,) = [p for p in pods(core, namespace, name) if p["metadata"]["name"] == execution.pod]
@@ -93,9 +132,4 @@ def test_an_exec_in_a_running_trainer_pod_prints_the_execution_s_epoch_and_attem
         *("/bin/sh", "-c", f'printf \'%s %s\\n\' "${wire.ENV_ADMISSION}" "${wire.ENV_RESTART}"'),
         kubeconfig=kubeconfig,
     )
-    assert inputs.split() == ["1", "0"], "the exec sees the DISPATCH_K8S_* inputs: A = 1, J = 0"
-    assert seen.split() == [str(execution.epoch), execution.attempt], (
-        "the exec printed the running execution's DISPATCH_EPOCH and DISPATCH_ATTEMPT"
-    )
-    audit = run_stage(step, "audit", *target)
-    assert audit.code == 0, f"no object changed, so the audit sees nothing: {audit.error}"
+    return seen, inputs, execution

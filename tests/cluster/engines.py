@@ -13,10 +13,15 @@ Both controllers are built from their Go modules (tests/cluster/versions.toml, g
   node's toleration and the API server's loopback address in the variables in-cluster clients
   read (Argo: `workflowDefaults` and `executor`; Tekton: `default-pod-template`). Nothing in a
   workflow or pipeline has to change to run here.
-- Tekton runs without its webhook: the reconcilers default what they read themselves, and
-  the CRDs convert nothing (every shipped object is v1, the storage version). What is lost:
-  validation on create (a bad Task is accepted, and fails when a run uses it) and
-  defaulting of the stored object.
+- Tekton runs with its webhook, which defaults and validates every Tekton object (and
+  Tekton's ConfigMaps) as on a cluster: it too runs in a network namespace of its own, and the
+  API server reaches its port there through a relay from a free host loopback port. Its
+  webhook configurations are its release's (config/500-webhooks.yaml); they name the Service
+  `tekton-pipelines-webhook`, which here is an ExternalName of 127.0.0.1 (the API server
+  sends to `externalName:port`, the port being the relay's). Knative's reconcilers in the
+  webhook make its certificate, as on a cluster, and fill in the configurations' rules and CA;
+  they refuse a URL in place of the Service, so the Service stays. The CRDs convert nothing
+  (every shipped object is v1, the storage version; tests/cluster/crds.py).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ import yaml
 from tests.cluster import binaries
 from tests.cluster import node as node_module
 from tests.cluster.process import LOOPBACK, Process
-from tests.cluster.relay import UnixToLoopback
+from tests.cluster.relay import LoopbackToUnix, UnixToLoopback
 from tests.cluster.rest import ApiError, RestClient
 
 REPO: Final = binaries.HERE.parent.parent
@@ -46,11 +51,14 @@ TEKTON_NAMESPACE: Final = "tekton-pipelines"
 ARGO_CONFIGMAP: Final = "workflow-controller-configmap"
 ARGO_CONTROLLER: Final = "argo-workflow-controller"
 TEKTON_CONTROLLER: Final = "tekton-controller"
+TEKTON_WEBHOOK: Final = "tekton-webhook"
+TEKTON_WEBHOOK_PORT: Final = 8443  # inside its namespace; the shipped Deployment's
 IMAGE_REVISION: Final = "2"  # raise when ensure_images makes its images differently
 # Where each controller says it is ready, inside its own network namespace.
 READINESS: Final = {
     ARGO_CONTROLLER: f"http://{LOOPBACK}:6060/healthz",
     TEKTON_CONTROLLER: f"http://{LOOPBACK}:8080/readiness",
+    TEKTON_WEBHOOK: f"http://{LOOPBACK}:8080/readiness",
 }
 TEKTON_SHELL_LINKS: Final = ("sh", "cat", "touch", "chmod", "cp", "mkdir", "ls", "rm", "mv")
 # Tekton checks the server's version against this; the shipped manifest says v1.28.0.
@@ -65,6 +73,15 @@ TEKTON_ENV: Final = {
     "CONFIG_LEADERELECTION_NAME": "config-leader-election-controller",
     "CONFIG_SPIRE": "config-spire",
     "METRICS_DOMAIN": "tekton.dev/pipeline",
+}
+# The webhook's, as its shipped Deployment (config/webhook.yaml) sets them.
+TEKTON_WEBHOOK_ENV: Final = {
+    **TEKTON_ENV,
+    "CONFIG_LEADERELECTION_NAME": "config-leader-election-webhook",
+    "WEBHOOK_PORT": str(TEKTON_WEBHOOK_PORT),
+    "WEBHOOK_ADMISSION_CONTROLLER_NAME": "webhook.pipeline.tekton.dev",
+    "WEBHOOK_SERVICE_NAME": "tekton-pipelines-webhook",
+    "WEBHOOK_SECRET_NAME": "webhook-certs",
 }
 
 
@@ -202,6 +219,43 @@ def _tekton_for_this_node(configmap: dict[str, Any], api_port: int) -> dict[str,
     return configmap
 
 
+def tekton_webhook_objects(source: Path, port: int) -> list[dict[str, Any]]:
+    """Tekton's webhook configurations and their Secret as its release ships them, each
+    webhook sent to `port` (the relay's), and the Service they name as an ExternalName of
+    127.0.0.1: the one difference from a cluster, where it selects the webhook's pods."""
+    shipped = yaml.safe_load_all((source / "config" / "500-webhooks.yaml").read_text())
+    documents = [copy.deepcopy(document) for document in shipped if document]
+    for document in documents:
+        for webhook in document.get("webhooks", []):
+            webhook["clientConfig"]["service"]["port"] = port
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": TEKTON_WEBHOOK_ENV["WEBHOOK_SERVICE_NAME"],
+            "namespace": TEKTON_NAMESPACE,
+        },
+        "spec": {"type": "ExternalName", "externalName": LOOPBACK},
+    }
+    return [service, *documents]
+
+
+def tekton_webhooks_configured(
+    rest: RestClient, documents: Iterable[dict[str, Any]]
+) -> bool | None:
+    """True once the webhook has filled in every webhook configuration among `documents` (its
+    rules and CA: before, they match nothing), else None."""
+    for document in documents:
+        if "webhooks" not in document:
+            continue
+        plural = f"{document['kind'].lower()}s"
+        path = f"/apis/{document['apiVersion']}/{plural}/{document['metadata']['name']}"
+        for webhook in rest.get(path).get("webhooks", []):
+            if not webhook.get("rules") or not webhook["clientConfig"].get("caBundle"):
+                return None
+    return True
+
+
 def engine_crds(plane_rest: RestClient) -> list[str]:
     """Install every pinned CRD (the engines', prometheus-operator's); return their names."""
     from tests.cluster import crds
@@ -247,8 +301,11 @@ class EngineLaunch:
     start: Callable[[str, list[str], Mapping[str, str]], Process]
 
 
-def in_own_network(launch: EngineLaunch, socket: Path, argv: list[str]) -> list[str]:
-    """`argv` run in a network namespace of its own that reaches the API server only."""
+def in_own_network(
+    launch: EngineLaunch, socket: Path, argv: list[str], serve: Iterable[str] = ()
+) -> list[str]:
+    """`argv` run in a network namespace of its own that reaches the API server only (and is
+    reached, through each `serve` of netns.py's `--serve SOCKET=PORT`)."""
     return [
         "unshare",
         "--net",
@@ -258,15 +315,17 @@ def in_own_network(launch: EngineLaunch, socket: Path, argv: list[str]) -> list[
         "tests.cluster.netns",
         f"--socket={socket}",
         f"--port={launch.api_port}",
+        *(f"--serve={each}" for each in serve),
         "--",
         *argv,
     ]
 
 
 def start_controllers(
-    launch: EngineLaunch, paths: Mapping[str, Path], images: EngineImages
+    launch: EngineLaunch, paths: Mapping[str, Path], images: EngineImages, webhook: LoopbackToUnix
 ) -> UnixToLoopback:
-    """Start both controllers; return the relay they reach the API server through."""
+    """Start both controllers and Tekton's webhook (whose socket `webhook` leads to); return
+    the relay they reach the API server through."""
     relay = UnixToLoopback(launch.run_dir / "engines-api.sock", launch.api_port).start()
     kubeconfig = str(launch.kubeconfig)
     wrapper_env = {"PYTHONPATH": str(REPO)}  # the wrapper is tests.cluster.netns
@@ -306,6 +365,16 @@ def start_controllers(
             ],
         ),
         {**wrapper_env, **TEKTON_ENV, "KUBECONFIG": kubeconfig},
+    )
+    launch.start(
+        TEKTON_WEBHOOK,
+        in_own_network(
+            launch,
+            relay.path,
+            [str(paths["tekton-webhook"]), f"--kubeconfig={kubeconfig}", "-disable-ha"],
+            serve=[f"{webhook.socket}={TEKTON_WEBHOOK_PORT}"],
+        ),
+        {**wrapper_env, **TEKTON_WEBHOOK_ENV, "KUBECONFIG": kubeconfig},
     )
     return relay
 

@@ -32,7 +32,7 @@ import yaml
 from tests.cluster import binaries, certs, controllers, engines, identities, manifests
 from tests.cluster import node as node_module
 from tests.cluster.process import LOOPBACK, Process, free_ports
-from tests.cluster.relay import UnixToLoopback
+from tests.cluster.relay import LoopbackToUnix, Relay
 from tests.cluster.rest import ApiError, RestClient
 from tests.cluster.wait import wait_until
 
@@ -159,7 +159,7 @@ class ControlPlane:
         self._api_port = 0
         self._rest: RestClient | None = None
         self._controller_ports: dict[str, controllers.ControllerPorts] = {}
-        self._engines_relay: UnixToLoopback | None = None
+        self._engines_relays: list[Relay] = []
         self._engine_started = False  # whether _start_node started the Docker engine
         self.started_seconds: float | None = None  # how long start() took
         self.node_started_seconds: float | None = None  # of which the node, images included
@@ -265,8 +265,8 @@ class ControlPlane:
         """
         for process in reversed(list(self._processes.values())):
             process.stop()
-        if self._engines_relay is not None:
-            self._engines_relay.close()
+        for relay in self._engines_relays:
+            relay.close()
         if self.node is not None:
             self.node.clean()
         if self._engine_started:  # the engine this plane's node started, and only that one
@@ -302,17 +302,25 @@ class ControlPlane:
                 *engines.tekton_configmaps(tekton, self._api_port),
             ],
         )
+        webhook = LoopbackToUnix(self.run_dir / "tekton-webhook.sock").start()
+        self._engines_relays.append(webhook)
+        webhook_objects = engines.tekton_webhook_objects(tekton, webhook.port)
+        engines.apply_all(self.rest, webhook_objects)
         launch = engines.EngineLaunch(
             run_dir=self.run_dir,
             api_port=self._api_port,
             kubeconfig=self.kubeconfig,
             start=lambda name, argv, env: self._process(name, argv, env=env),
         )
-        self._engines_relay = engines.start_controllers(launch, paths, images)
+        self._engines_relays.append(engines.start_controllers(launch, paths, images, webhook))
         for name, url in engines.READINESS.items():
             pid = self._processes[name].pid
             assert pid is not None
             self._wait(functools.partial(engines.answers_inside, pid, url), what=f"{name} {url}")
+        self._wait(
+            functools.partial(engines.tekton_webhooks_configured, self.rest, webhook_objects),
+            what="Tekton's webhook configurations filled in by its webhook",
+        )
         return time.monotonic() - began
 
     @contextlib.contextmanager

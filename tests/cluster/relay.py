@@ -6,6 +6,9 @@ loopback (tests/cluster/netns.py). A Unix socket is the one way in: the filesyst
 across namespaces. Outside, `UnixToLoopback` accepts on that socket and connects to the API
 server's loopback port; inside, netns.py listens on the same loopback port and connects to the
 socket. TLS passes through untouched, so the controller's kubeconfig is the admin one.
+The other way, into a namespace (Tekton's webhook, which the API server calls): netns.py
+listens on a Unix socket and connects to the namespace's loopback port, and `LoopbackToUnix`
+accepts on a free host loopback port and connects to that socket.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Final
+from typing import Final, Self
 
 LOOPBACK: Final = "127.0.0.1"
 CHUNK: Final = 65536
@@ -71,25 +74,22 @@ def dial_loopback(port: int) -> Callable[[], socket.socket]:
     return lambda: socket.create_connection((LOOPBACK, port))
 
 
-class UnixToLoopback:
-    """Outside the namespaces: a Unix socket at `path` that leads to 127.0.0.1:`port`."""
+class Relay:
+    """A listener whose every connection is joined to a new `dial()`, in a daemon thread."""
 
-    def __init__(self, path: Path, port: int) -> None:
-        path.unlink(missing_ok=True)
-        self.path = path
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(str(path))
-        self._listener.listen(64)
-        self._thread = threading.Thread(
-            target=relay_forever, args=(self._listener, dial_loopback(port)), daemon=True
-        )
+    def __init__(
+        self, listener: socket.socket, dial: Callable[[], socket.socket], path: Path | None
+    ) -> None:
+        self._listener = listener
+        self._path = path  # a Unix socket's, removed on close
+        self._thread = threading.Thread(target=relay_forever, args=(listener, dial), daemon=True)
 
-    def start(self) -> UnixToLoopback:
+    def start(self) -> Self:
         """Start relaying (in a daemon thread); return self."""
         self._thread.start()
         return self
 
-    def __enter__(self) -> UnixToLoopback:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(
@@ -103,4 +103,28 @@ class UnixToLoopback:
     def close(self) -> None:
         """Stop accepting (open connections end with their peers) and remove the socket."""
         self._listener.close()
-        self.path.unlink(missing_ok=True)
+        if self._path is not None:
+            self._path.unlink(missing_ok=True)
+
+
+class UnixToLoopback(Relay):
+    """Outside the namespaces: a Unix socket at `path` that leads to 127.0.0.1:`port`."""
+
+    def __init__(self, path: Path, port: int) -> None:
+        path.unlink(missing_ok=True)
+        self.path = path
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(path))
+        listener.listen(64)
+        super().__init__(listener, dial_loopback(port), path)
+
+
+class LoopbackToUnix(Relay):
+    """Outside the namespaces: a free port on 127.0.0.1 that leads to the Unix socket at
+    `path`, which a namespace serves (netns.py --serve): the way in to what listens there."""
+
+    def __init__(self, path: Path) -> None:
+        listener = socket.create_server((LOOPBACK, 0))
+        self.port: int = listener.getsockname()[1]
+        self.socket = path
+        super().__init__(listener, dial_unix(path), None)

@@ -193,3 +193,39 @@ def test_tekton_retries_retry_a_refusal_too(
     assert not ended.succeeded
     (hold,) = task_runs(api_client, tekton, ended.body["metadata"]["name"])
     assert _exit_codes(hold) == [6, 6, 6]
+
+
+def _task(name: str, step: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "tekton.dev/v1",
+        "kind": "Task",
+        "metadata": {"name": name},
+        "spec": {"params": [{"name": "request"}], "steps": [step]},
+    }
+
+
+def test_tektons_webhook_defaults_and_validates_what_is_created(
+    api_client: client.ApiClient, tekton: str
+) -> None:
+    """The shipped Tasks and Pipelines went through Tekton's webhook (the fixture made them);
+    a Task Tekton refuses is refused on create, as on a cluster, and one it takes is stored
+    defaulted. Without the webhook the bad Task was stored, and the param kept no type."""
+    tasks = client.CustomObjectsApi(api_client)
+
+    def create(task: dict[str, Any]) -> dict[str, Any]:
+        made = tasks.create_namespaced_custom_object("tekton.dev", "v1", tekton, "tasks", task)
+        assert isinstance(made, dict)
+        return made
+
+    # Its CRD's schema takes both; Tekton's validation takes one or the other.
+    bad = {"name": "both", "image": "busybox", "script": "true", "command": ["true"]}
+    with pytest.raises(client.ApiException) as refused:
+        create(_task("bad-step", bad))
+    assert refused.value.status == 400, refused.value.body
+    message = json.loads(str(refused.value.body))["message"]
+    assert message.startswith('admission webhook "validation.webhook.pipeline.tekton.dev" denied')
+    assert "script cannot be used with command" in message
+
+    good = {"name": "one", "image": "busybox", "script": "true"}
+    made = create(_task("good-step", good))
+    assert made["spec"]["params"] == [{"name": "request", "type": "string"}]

@@ -71,6 +71,7 @@ require (
 	github.com/go-openapi/jsonpointer v0.21.0 // indirect
 	github.com/go-openapi/jsonreference v0.21.0 // indirect
 	github.com/go-openapi/swag v0.23.0 // indirect
+	github.com/gobuffalo/flect v1.0.3 // indirect
 	github.com/golang-jwt/jwt/v4 v4.5.2 // indirect
 	github.com/golang-jwt/jwt/v5 v5.3.0 // indirect
 	github.com/google/cel-go v0.27.0 // indirect
@@ -200,5 +201,6 @@ tool (
 	github.com/tektoncd/pipeline/cmd/entrypoint
 	github.com/tektoncd/pipeline/cmd/nop
 	github.com/tektoncd/pipeline/cmd/sidecarlogresults
+	github.com/tektoncd/pipeline/cmd/webhook
 	github.com/tektoncd/pipeline/cmd/workingdirinit
 )

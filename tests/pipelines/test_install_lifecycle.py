@@ -366,7 +366,13 @@ def test_an_upgrade_from_the_previous_bundle_keeps_a_running_job_identity(
         gated_once(controller, after)  # the restarted job needed no raise
         assert controller.stop() == 0
 
-    delete_trainjobs(custom, [running, after])
+    # Deleted in the background, not waited for: on Trainer v2.3.0 with the upstream controllers'
+    # own identities the foreground deletion of these two has been seen not to end within the
+    # deadline, cause not yet found (issue 44); the upgrade's assertions above do not need it.
+    for name in (running, after):
+        custom.delete_namespaced_custom_object(
+            *TRAINER, NAMESPACE, "trainjobs", name, propagation_policy="Background"
+        )
     kept = ledger_keys(api, NAMESPACE)
     # docs/install.md: the check off the ClusterQueues (here, the queues gone) before deleting.
     for document in reversed(QUEUES):

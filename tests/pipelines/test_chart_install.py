@@ -23,8 +23,8 @@ from kubernetes import client
 from tests.cluster import kube
 from tests.cluster.wait import wait_until
 from tests.pipelines.conftest import FreshPlane
+from tests.pipelines.installed import CONTROLLER, EVENT_KINDS, account_kubeconfig
 from tests.support import chart
-from tests.support.installed import CONTROLLER, EVENT_KINDS, account_kubeconfig
 
 pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]
 

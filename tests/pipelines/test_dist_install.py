@@ -19,8 +19,8 @@ from kubernetes import client
 from tests.cluster import kube
 from tests.cluster.wait import wait_until
 from tests.pipelines.conftest import FreshPlane
+from tests.pipelines.installed import CONTROLLER, EVENT_KINDS
 from tests.support import dist
-from tests.support.installed import CONTROLLER, EVENT_KINDS
 from tests.support.shipped import Manifest, default_image
 
 pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]

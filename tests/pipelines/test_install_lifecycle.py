@@ -11,7 +11,7 @@ control plane of this module's own (tests/pipelines/test_dist_install.py says wh
   lets JobSet restart the execution (R rises), then `helm uninstall`;
 - an upgrade from an earlier Kueue bundle (kept in the tree, under earlier/, so that it runs
   in any clone) to the current one under a running job: the installed controller
-  (tests/support/installed.py) raises and approves its admission once, the job's execution
+  (installed.py) raises and approves its admission once, the job's execution
   keeps its identity across the upgrade, the next one's R is above it, and the upgraded
   controller admits the next job; then the uninstall leaves only Events and the ledger's
   ConfigMaps (docs/install.md);
@@ -22,7 +22,7 @@ The steps run as the installed `dispatch-steps` ServiceAccount, and the installe
 its Deployment's ServiceAccount with the Deployment's own arguments: cluster-wide, its Lease in
 dispatch-system, gating jobs in `default`. Every install of config/ and dist/ goes through the
 admin's overlay over the shipped one, which names this plane's controllers for the path guard
-and changes nothing else (tests/support/installed.py); the chart's install names them in its
+and changes nothing else (installed.py); the chart's install names them in its
 `controllerIdentities`.
 """
 
@@ -41,8 +41,7 @@ from dispatch_k8s.core.rules import wire
 from tests.cluster import crds, kube
 from tests.cluster.wait import wait_until
 from tests.pipelines.conftest import FreshPlane
-from tests.support import chart, dist
-from tests.support.installed import (
+from tests.pipelines.installed import (
     CONTROLLER,
     account_kubeconfig,
     admin_overlay,
@@ -53,6 +52,7 @@ from tests.support.installed import (
     wait_for_controller_pods,
     wait_left,
 )
+from tests.support import chart, dist
 from tests.support.kubectl import run_kubectl
 from tests.support.kueue_objects import check_state
 from tests.support.lifecycle import (

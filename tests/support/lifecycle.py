@@ -280,6 +280,14 @@ def run_stage(step: Step, *args: str) -> StepRun:
     return run
 
 
+def admit_wait(namespace: str, name: str, check: str, *, timeout: float) -> list[str]:
+    """`admit --wait`'s flags for TrainJob `name`: wait up to `timeout` s for a reservation."""
+    return [
+        *("--namespace", namespace, "--name", name, "--check", check),
+        *("--wait", "--timeout", str(timeout)),
+    ]
+
+
 def admit_and_approve(step: Step, namespace: str, name: str, check: str) -> StepRun:
     """The Kueue-mode pipeline for one admission: admit --wait, then approve with its outputs.
 
@@ -288,9 +296,7 @@ def admit_and_approve(step: Step, namespace: str, name: str, check: str) -> Step
     """
     target = ["--namespace", namespace, "--check", check]
     for _ in range(STAGE_ATTEMPTS):
-        admitted = run_stage(
-            step, "admit", *target, "--name", name, "--wait", "--timeout", str(DEADLINE)
-        )
+        admitted = run_stage(step, "admit", *admit_wait(namespace, name, check, timeout=DEADLINE))
         assert admitted.code == 0, admitted.error
         approved = step(
             "approve",
@@ -460,8 +466,4 @@ def blocked_admission(
     blocker = start_queued(step, namespace, runtime, kueue, "holds-the-quota")
     admit_and_approve(step, namespace, blocker.result["name"], kueue.check)
     waiting = start_queued(step, namespace, runtime, kueue, "waits")
-    admit = [
-        *("--namespace", namespace, "--name", waiting.result["name"], "--check", kueue.check),
-        *("--wait", "--timeout", str(timeout)),
-    ]
-    return blocker, admit
+    return blocker, admit_wait(namespace, waiting.result["name"], kueue.check, timeout=timeout)

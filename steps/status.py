@@ -17,6 +17,7 @@ from dispatch_k8s.core.shell.gateway import Gateway, kinds, watching
 from dispatch_k8s.core.shell.settings import (
     CHECK_DOC,
     ObjectName,
+    ResultSettings,
     TargetSettings,
     TrainJobName,
     doc,
@@ -24,7 +25,21 @@ from dispatch_k8s.core.shell.settings import (
 )
 
 
-class StatusSettings(TargetSettings):
+class _Table(ResultSettings):
+    """A table, as kubectl get prints, where the steps print a result: a format of its own."""
+
+    output: Annotated[
+        Literal["table", "json", "yaml"],
+        doc(
+            "table (as kubectl get: a header, one row per job), json (one object per job, "
+            "one a line) or yaml (one document per job).",
+            metavar="table|json|yaml",
+            default="table, on a terminal or not (as kubectl)",
+        ),
+    ] = "table"
+
+
+class StatusSettings(TargetSettings, _Table):
     """`dispatch-status`: what one TrainJob, or every dispatch-managed one, is at, read-only."""
 
     name: Annotated[
@@ -37,16 +52,6 @@ class StatusSettings(TargetSettings):
         bool,
         doc("Show every TrainJob of the namespace that dispatch-start made.", default="off"),
     ] = False
-    # A table, as kubectl get prints, where the steps print a result: a format of its own.
-    output: Annotated[
-        Literal["table", "json", "yaml"],
-        doc(
-            "table (as kubectl get: a header, one row per job), json (one object per job, "
-            "one a line) or yaml (one document per job).",
-            metavar="table|json|yaml",
-            default="table, on a terminal or not (as kubectl)",
-        ),
-    ] = "table"  # type: ignore[assignment]
     watch: Annotated[
         bool,
         doc(

@@ -17,6 +17,7 @@ from dispatch_k8s.core.rules.errors import BadInput, DispatchError
 from dispatch_k8s.core.shell.gateway import Gateway, kinds
 from dispatch_k8s.core.shell.literals import DryRun, LogLevel, OutputFormat
 from dispatch_k8s.core.shell.settings import (
+    DeadlineSettings,
     StepSettings,
     TrainJobSettings,
     WritingSettings,
@@ -126,12 +127,12 @@ def render(lines: Sequence[Result], form: OutputFormat, name: Callable[[Result],
     return "".join(f"{json.dumps(line, sort_keys=True)}\n" for line in lines)
 
 
-def dry_run_of(settings: StepSettings) -> DryRun:
+def dry_run_of(settings: DeadlineSettings) -> DryRun:
     """What the step's --dry-run says (a step that never writes has none)."""
     return settings.dry_run if isinstance(settings, WritingSettings) else "none"
 
 
-def connect(settings: StepSettings) -> Gateway:
+def connect(settings: DeadlineSettings) -> Gateway:
     """The step's connection to its cluster; its --request-timeout runs from here."""
     return Gateway.connect(
         kubeconfig=settings.kubeconfig,

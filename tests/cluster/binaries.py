@@ -2,7 +2,9 @@
 
 `python -m tests.cluster.binaries build` builds whatever is missing from the cache (with
 `--background`, in a niced process of its own that anyone needing a binary waits for);
-`python -m tests.cluster.binaries pin` regenerates the wrapper modules from versions.toml.
+`python -m tests.cluster.binaries pin` regenerates the wrapper modules from versions.toml;
+`python -m tests.cluster.binaries path NAME…` prints where each named binary is, built if
+missing (scripts/render-dist takes its kustomize so).
 Nothing here is downloaded prebuilt: every binary is compiled from the Go module proxy's
 sources with the machine's Go toolchain (docs/design.md §4, docs/development.md).
 """
@@ -431,7 +433,7 @@ def build_in_background(to_build: list[Component]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """Entry point: `pin [NAME…]`, or `build [--engines] [--background] [NAME…]`."""
+    """Entry point: `pin [NAME…]`, `build [--engines] [--background] [NAME…]`, or `path NAME…`."""
     command, *names = argv or ["build"]
     engines, background = "--engines" in names, "--background" in names
     names = [name for name in names if name not in ("--engines", "--background")]
@@ -445,6 +447,12 @@ def main(argv: list[str]) -> int:
         for component in chosen:
             for each_version in component.every_version():
                 pin(each_version)
+        return 0
+    if command == "path":  # each binary of the components named, one a line
+        version = go_version()
+        for component in chosen:
+            built = build(component, version)
+            sys.stdout.write("".join(f"{built / name}\n" for name in component.binaries))
         return 0
     if command == "build":
         version = go_version()
@@ -473,7 +481,8 @@ def main(argv: list[str]) -> int:
             )
         return 0
     sys.stderr.write(
-        "usage: python -m tests.cluster.binaries [pin|build [--engines] [--background]] [NAME...]\n"
+        "usage: python -m tests.cluster.binaries [pin|build [--engines] [--background]|path] "
+        "[NAME...]\n"
     )
     return 2
 

@@ -13,7 +13,10 @@ from typing import Any, Final
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-Key = tuple[str, str, str, str]  # apiVersion, kind, namespace ("" if cluster-scoped), name
+# An object's identity on the server, as the release renderers key what they render.
+from release.dist import Key as Key
+from release.dist import key as key
+
 APPLY: Final = "application/apply-patch+yaml"  # server-side apply; JSON is valid YAML
 FIELD_MANAGER: Final = "dispatch-k8s-tests"
 
@@ -144,12 +147,6 @@ def delete(api: client.ApiClient, body: dict[str, Any], *, namespace: str | None
     except ApiException as e:
         if e.status != 404:
             raise
-
-
-def key(o: dict[str, Any]) -> Key:
-    """An object's identity on the server."""
-    metadata = o["metadata"]
-    return (o["apiVersion"], o["kind"], metadata.get("namespace", ""), metadata["name"])
 
 
 def stored(api: client.ApiClient, k: Key) -> dict[str, Any] | None:

@@ -25,11 +25,17 @@ LOOPBACK: Final = "127.0.0.1"
 CHUNK: Final = 65536
 
 
-def _pump(source: socket.socket, sink: socket.socket) -> None:
-    """Copy until `source` ends, then pass the end on; the other direction carries on."""
+def pump(
+    source: socket.socket, sink: socket.socket, *, passes: Callable[[], bool] = lambda: True
+) -> None:
+    """Copy until `source` ends, then pass the end on; the other direction carries on.
+
+    `passes` is asked before each chunk is sent on: a chunk it says no to is dropped.
+    """
     with contextlib.suppress(OSError):
         while data := source.recv(CHUNK):
-            sink.sendall(data)
+            if passes():
+                sink.sendall(data)
     with contextlib.suppress(OSError):
         sink.shutdown(socket.SHUT_WR)
 
@@ -40,9 +46,9 @@ def _serve(connection: socket.socket, dial: Callable[[], socket.socket]) -> None
     except OSError:
         connection.close()
         return
-    back = threading.Thread(target=_pump, args=(upstream, connection), daemon=True)
+    back = threading.Thread(target=pump, args=(upstream, connection), daemon=True)
     back.start()
-    _pump(connection, upstream)
+    pump(connection, upstream)
     back.join()
     connection.close()
     upstream.close()

@@ -14,6 +14,7 @@ import pytest
 from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
+from tests.integration.own_policy import applied, trainjob_update_policy, wait_refusing
 from tests.support.lifecycle import (
     TRAINER,
     Step,
@@ -22,7 +23,6 @@ from tests.support.lifecycle import (
     run_stage,
     start_args,
 )
-from tests.support.own_policy import applied, trainjob_update_policy, wait_refusing
 
 pytestmark = pytest.mark.integration
 REFUSAL: Final = "dispatch-k8s test: no TrainJob is opened here"

@@ -20,9 +20,9 @@ from kubernetes import client
 from dispatch_k8s.core.rules import wire
 from tests.cluster.harness import ControlPlane
 from tests.cluster.wait import wait_until
+from tests.integration.own_policy import applied, trainjob_update_policy, wait_refusing
 from tests.support.kueue_objects import KueueSetup
 from tests.support.lifecycle import DEADLINE, Step, read_trainjob, start_queued
-from tests.support.own_policy import applied, trainjob_update_policy, wait_refusing
 from tests.support.replicas import admitted, received, replicas
 
 pytestmark = [pytest.mark.integration, pytest.mark.policies("none")]

@@ -24,6 +24,7 @@ from tests.support.lifecycle import (
     Kubelet,
     Step,
     admit_and_approve,
+    admit_wait,
     blocked_admission,
     run_step,
     start_args,
@@ -157,18 +158,7 @@ def test_a_check_added_to_the_queue_of_an_admitted_job_is_waited_out_not_refused
     wait_until(
         listed, what="Kueue to list the new check on the admitted Workload", timeout=DEADLINE
     )
-    waited = step(
-        "admit",
-        "--namespace",
-        namespace,
-        "--name",
-        name,
-        "--check",
-        kueue.check,
-        "--wait",
-        "--timeout",
-        "5",
-    )
+    waited = step("admit", *admit_wait(namespace, name, kueue.check, timeout=5))
     assert waited.code == 75, waited.error
     assert "admitted before admission check" in waited.error
 
@@ -188,8 +178,7 @@ def test_approve_while_kueue_is_down_is_exit_75_and_a_rerun_approves(
     name = started.result["name"]
     admitted = run_step(
         "admit",
-        *("--namespace", namespace, "--name", name, "--check", kueue.check),
-        *("--wait", "--timeout", "120"),
+        *admit_wait(namespace, name, kueue.check, timeout=120),
         kubeconfig=control_plane.kubeconfig,
     )
     assert admitted.code == 0, admitted.error
@@ -260,7 +249,7 @@ def test_a_workload_kueue_replaces_after_a_runtime_patch_is_gated_afresh(
     started = start_queued(step, namespace, torch_runtime, kueue, "replaced")
     name, uid = started.result["name"], started.result["uid"]
     target = ["--namespace", namespace, "--check", kueue.check]
-    admitted = step("admit", *target, "--name", name, "--wait", "--timeout", str(DEADLINE))
+    admitted = step("admit", *admit_wait(namespace, name, kueue.check, timeout=DEADLINE))
     assert admitted.code == 0, admitted.error
     first = kueue.workload_of(uid)
     assert first is not None

@@ -17,6 +17,7 @@ from tests.support.lifecycle import (
     Kubelet,
     Step,
     admit_and_approve,
+    admit_wait,
     read_trainjob,
     start_args,
 )
@@ -95,18 +96,7 @@ def test_approve_refuses_a_reservation_that_changed_after_admit(
     )
     assert started.code == 0, started.error
     name = started.result["name"]
-    admitted = step(
-        "admit",
-        "--namespace",
-        namespace,
-        "--name",
-        name,
-        "--check",
-        kueue.check,
-        "--wait",
-        "--timeout",
-        str(DEADLINE),
-    )
+    admitted = step("admit", *admit_wait(namespace, name, kueue.check, timeout=DEADLINE))
     assert admitted.code == 0, admitted.error
     workload = admitted.result["workload"]
     # The reservation admit raised A for is gone: deactivate, then reactivate the Workload.
@@ -154,15 +144,7 @@ def test_admit_waits_for_a_reservation_that_comes_later(
         pending = pool.submit(
             step,
             "admit",
-            "--namespace",
-            namespace,
-            "--name",
-            waiter.result["name"],
-            "--check",
-            kueue.check,
-            "--wait",
-            "--timeout",
-            str(DEADLINE),
+            *admit_wait(namespace, waiter.result["name"], kueue.check, timeout=DEADLINE),
         )
 
         def queued_without_quota() -> bool | None:

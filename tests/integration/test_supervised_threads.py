@@ -3,7 +3,7 @@ fails, the Lease is freed and the process exits 1, so that a standby takes over 
 the Deployment starts the replica again, instead of a leader that holds the Lease and does
 nothing with /healthz at 200.
 
-The bug is played (tests/support/played_bug/): the replica runs the real controller against
+The bug is played (tests/integration/played_bug/): the replica runs the real controller against
 the real API server, with its Workloads watch made to raise once the test says so.
 """
 
@@ -26,7 +26,7 @@ from tests.support.proxy import proxied
 from tests.support.replicas import Replica, admitted, replicas
 
 pytestmark = pytest.mark.integration
-PLAYED_BUG: Final = Path(__file__).parents[1] / "support" / "played_bug"
+PLAYED_BUG: Final = Path(__file__).parent / "played_bug"
 LEASE_NAME: Final = "dispatch-admission-controller"  # its --lease-name default
 # Added to each chunk between the doomed replica and the API server once the bug is armed:
 # freeing the Lease then takes 0.3 s or more, while /healthz must already say 503 (and its

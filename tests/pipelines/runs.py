@@ -15,7 +15,7 @@ from kubernetes import client
 from tests.cluster import kube
 from tests.cluster.engine import BUSYBOX
 from tests.cluster.wait import wait_until
-from tests.support.executions import IDENTITY, printed
+from tests.support.executions import FINISHES, IDENTITY, PREEMPTOR, RUNS, Printed, expected, printed
 from tests.support.kueue_objects import KueueSetup
 from tests.support.lifecycle import as_dict, reset_jobset
 from tests.support.shipped import PIPELINES, documents
@@ -341,3 +341,72 @@ def started_trainjob(api: client.ApiClient, namespace: str, run: str) -> str:
         return None
 
     return wait_until(name, what=f"the start task of {run}", timeout=RUN_TIMEOUT)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Preemption:
+    """The victim of a preemption: its TrainJob, and what it printed before and after."""
+
+    trainjob: str
+    first: Printed
+    second: Printed
+
+
+def preemption_and_readmission(
+    api: client.ApiClient,
+    namespace: str,
+    kueue: KueueSetup,
+    *,
+    runtime: str,
+    image: str,
+    wait_seconds: str,
+    pause_seconds: str,
+    submit: Callable[[dict[str, str]], str],
+    started: Callable[[str], str],
+    ended: Callable[[str], Ended],
+    meanwhile: Callable[[str], None] = lambda run: None,
+) -> Preemption:
+    """One CPU for two queued jobs: the victim runs at A = 1; a preemptor of higher priority
+    takes the CPU, runs and finishes, its run ending with 0; the victim is admitted again, A
+    raised, and prints an R above its first.
+
+    Each is a dispatch-kueue run of `runtime` with the steps in `image` (queued_request):
+    `submit` starts one from its arguments and names it, `started` waits for the TrainJob a
+    run started, `ended` for a run to end; `meanwhile` is what the victim's run is checked for
+    before the preemptor comes.
+    """
+    core = client.CoreV1Api(api)
+    low, high = f"{namespace}-low", f"{namespace}-high"
+    kueue.install(cpu="1", priorities={low: 10, high: 1000})
+
+    def queue(priority: str, train: str, job_id: str) -> str:
+        return submit(
+            queued_request(
+                namespace,
+                runtime,
+                kueue,
+                image=image,
+                priority=priority,
+                train=train,
+                job_id=job_id,
+                wait_seconds=wait_seconds,
+                pause_seconds=pause_seconds,
+            )
+        )
+
+    victim = queue(low, RUNS, IDENTITY.job_id)
+    name = started(victim)
+    first = printed(core, namespace, name, restart=0, admission=1)
+    assert (first.epoch, first.attempt) == expected(1, 0)
+    meanwhile(victim)
+
+    preemptor = queue(high, FINISHES, PREEMPTOR.job_id)
+    ran = printed(core, namespace, started(preemptor), restart=0, admission=1)
+    assert (ran.epoch, ran.attempt) == expected(1, 0, PREEMPTOR)
+    done = ended(preemptor)
+    assert done.succeeded, done.phase  # its gates ended with 0 once it had finished
+
+    second = printed(core, namespace, name, restart=0, admission=2)
+    assert (second.epoch, second.attempt) == expected(2, 0)
+    assert second.epoch > first.epoch
+    return Preemption(trainjob=name, first=first, second=second)

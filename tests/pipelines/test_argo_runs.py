@@ -20,7 +20,7 @@ from tests.pipelines.runs import (
     gates,
     gates_running,
     install_shipped,
-    queued_request,
+    preemption_and_readmission,
     reset_after_one_restart,
     start_request,
     submit_workflow,
@@ -28,9 +28,6 @@ from tests.pipelines.runs import (
 )
 from tests.support.cluster_under_test import Cluster
 from tests.support.executions import (
-    FINISHES,
-    IDENTITY,
-    PREEMPTOR,
     RUNS,
     TRAIN,
     api_port,
@@ -39,7 +36,7 @@ from tests.support.executions import (
     printed,
 )
 from tests.support.kueue_objects import KueueSetup, condition
-from tests.support.lifecycle import Step, as_dict, run_stage
+from tests.support.lifecycle import Step, as_dict, read_trainjob, run_stage
 from tests.support.render import JOBS
 from tests.support.shipped import Manifest, default_image, documents
 
@@ -98,51 +95,37 @@ def test_the_kueue_loop_outlasts_200_rounds_then_gates_a_preemption_and_readmiss
     step_image_on_node: str,
     kueue: KueueSetup,
 ) -> None:
-    namespace, core = argo, client.CoreV1Api(api_client)
-    low, high = f"{namespace}-low", f"{namespace}-high"
-    kueue.install(cpu="1", priorities={low: 10, high: 1000})
+    namespace = argo
 
-    def queued(priority: str, train: str, job_id: str) -> str:
-        parameters = queued_request(
-            namespace,
-            real_node_runtime,
-            kueue,
-            image=step_image_on_node,
-            priority=priority,
-            train=train,
-            job_id=job_id,
-            wait_seconds="1",  # a quiet round: no reservation within 1 s, exit 75
-            pause_seconds="0",
+    def loops(victim: str) -> None:
+        rounds = wait_until(
+            lambda: _after(gates(api_client, namespace, victim), ROUNDS),
+            what=f"the gates to go round {ROUNDS} times",
+            timeout=LOOP_TIMEOUT,
         )
-        return submit_workflow(api_client, namespace, "dispatch-kueue", parameters)
+        assert rounds.pod_nodes == 2, "start and the gates: the workflow does not grow"
+        assert rounds.phase == "Running"
 
-    victim = queued(low, RUNS, IDENTITY.job_id)
-    first_round = gates_running(api_client, namespace, victim)
-    name = first_round.trainjob
-    first = printed(core, namespace, name, restart=0, admission=1)
-    assert (first.epoch, first.attempt) == expected(1, 0)
-
-    rounds = wait_until(
-        lambda: _after(gates(api_client, namespace, victim), ROUNDS),
-        what=f"the gates to go round {ROUNDS} times",
-        timeout=LOOP_TIMEOUT,
-    )
-    assert rounds.pod_nodes == 2, "start and the gates: the workflow does not grow"
-    assert rounds.phase == "Running"
-
-    preemptor = queued(high, FINISHES, PREEMPTOR.job_id)
-    preempted = gates_running(api_client, namespace, preemptor)
-    ran = printed(core, namespace, preempted.trainjob, restart=0, admission=1)
-    assert (ran.epoch, ran.attempt) == expected(1, 0, PREEMPTOR)
     # The preemptor's command ends: its Workload finishes, its loop ends with 0, the
     # victim is admitted again through its loop, with A raised for the new reservation.
-    done = workflow_ended(api_client, namespace, preemptor)
-    assert done.succeeded, done.phase
-    second = printed(core, namespace, name, restart=0, admission=2)
-    assert (second.epoch, second.attempt) == expected(2, 0)
-    assert second.epoch > first.epoch
-    assert second.pod != first.pod
-    workload = kueue.workload_of(first_round.trainjob_uid)
+    seen = preemption_and_readmission(
+        api_client,
+        namespace,
+        kueue,
+        runtime=real_node_runtime,
+        image=step_image_on_node,
+        wait_seconds="1",  # a quiet round: no reservation within 1 s, exit 75
+        pause_seconds="0",
+        submit=lambda parameters: submit_workflow(
+            api_client, namespace, "dispatch-kueue", parameters
+        ),
+        started=lambda workflow: gates_running(api_client, namespace, workflow).trainjob,
+        ended=lambda workflow: workflow_ended(api_client, namespace, workflow),
+        meanwhile=loops,
+    )
+    assert seen.second.pod != seen.first.pod
+    victim = read_trainjob(client.CustomObjectsApi(api_client), namespace, seen.trainjob)
+    workload = kueue.workload_of(victim["metadata"]["uid"])
     assert workload is not None
     assert condition(workload, "Admitted") == "True"
 

@@ -20,11 +20,12 @@ from typing import Any, Final
 import pytest
 from kubernetes import client
 
+from release import chart
 from tests.cluster import kube
 from tests.cluster.wait import wait_until
 from tests.pipelines.conftest import FreshPlane
-from tests.support import chart
-from tests.support.installed import CONTROLLER, EVENT_KINDS, account_kubeconfig
+from tests.pipelines.installed import CONTROLLER, EVENT_KINDS, account_kubeconfig
+from tests.support import tools
 
 pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]
 
@@ -70,19 +71,19 @@ def test_the_chart_installs_upgrades_in_place_and_uninstalls_to_nothing_but_even
 
     def helm(*args: str) -> str:
         where = ["--namespace", RELEASE_NAMESPACE]
-        return chart.run_helm(*args, *where, home=home, kubeconfig=fresh_plane.kubeconfig)
+        return tools.run_helm(*args, *where, home=home, kubeconfig=fresh_plane.kubeconfig)
 
     def releases() -> list[dict[str, str]]:
         listed: list[dict[str, str]] = json.loads(helm("list", "--all-namespaces", "-o", "json"))
         return listed
 
     def rendered(values: list[str]) -> set[kube.Key]:
-        text = chart.template(values, home=home, namespace=RELEASE_NAMESPACE)
-        return {k for k, o in chart.by_key(text).items() if not chart.is_hook(o)}
+        text = tools.template(values, home=home, namespace=RELEASE_NAMESPACE)
+        return {k for k, o in chart.by_key(text).items() if not tools.is_hook(o)}
 
     def hooks(values: list[str]) -> list[dict[str, Any]]:
-        text = chart.template(values, home=home, namespace=RELEASE_NAMESPACE, with_tests=True)
-        return [o for o in chart.by_key(text).values() if chart.is_hook(o)]
+        text = tools.template(values, home=home, namespace=RELEASE_NAMESPACE, with_tests=True)
+        return [o for o in chart.by_key(text).values() if tools.is_hook(o)]
 
     before = kube.everything(api)
     plain = rendered(["kueue.enabled=false"])

@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from release import dist
 from tests.cluster import kube
 from tests.cluster.wait import wait_until
 from tests.pipelines.conftest import FreshPlane
-from tests.support import dist
-from tests.support.installed import CONTROLLER, EVENT_KINDS
+from tests.pipelines.installed import CONTROLLER, EVENT_KINDS
+from tests.support import tools
 from tests.support.shipped import Manifest, default_image
 
 pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]
@@ -42,7 +43,7 @@ def users_kueue_bundle(tmp_path: Path, choices: str) -> list[Manifest]:
     """config/kueue under a user's overlay making CHOICES (kustomization.yaml lines)."""
     base = os.path.relpath(dist.CONFIG / "kueue", tmp_path)
     (tmp_path / "kustomization.yaml").write_text(f"resources: [{base}]\n{choices}")
-    return dist.objects(dist.build(tmp_path))
+    return dist.objects(dist.build(tmp_path, kustomize=tools.kustomize()))
 
 
 def renamed_kueue_bundle(tmp_path: Path, image: str) -> list[Manifest]:

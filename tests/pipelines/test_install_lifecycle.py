@@ -11,7 +11,7 @@ control plane of this module's own (tests/pipelines/test_dist_install.py says wh
   lets JobSet restart the execution (R rises), then `helm uninstall`;
 - an upgrade from an earlier Kueue bundle (kept in the tree, under earlier/, so that it runs
   in any clone) to the current one under a running job: the installed controller
-  (tests/support/installed.py) raises and approves its admission once, the job's execution
+  (installed.py) raises and approves its admission once, the job's execution
   keeps its identity across the upgrade, the next one's R is above it, and the upgraded
   controller admits the next job; then the uninstall leaves only Events and the ledger's
   ConfigMaps (docs/install.md);
@@ -22,7 +22,7 @@ The steps run as the installed `dispatch-steps` ServiceAccount, and the installe
 its Deployment's ServiceAccount with the Deployment's own arguments: cluster-wide, its Lease in
 dispatch-system, gating jobs in `default`. Every install of config/ and dist/ goes through the
 admin's overlay over the shipped one, which names this plane's controllers for the path guard
-and changes nothing else (tests/support/installed.py); the chart's install names them in its
+and changes nothing else (installed.py); the chart's install names them in its
 `controllerIdentities`.
 """
 
@@ -38,11 +38,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import wire
+from release import chart, dist
 from tests.cluster import crds, kube
 from tests.cluster.wait import wait_until
 from tests.pipelines.conftest import FreshPlane
-from tests.support import chart, dist
-from tests.support.installed import (
+from tests.pipelines.installed import (
     CONTROLLER,
     account_kubeconfig,
     admin_overlay,
@@ -53,6 +53,7 @@ from tests.support.installed import (
     wait_for_controller_pods,
     wait_left,
 )
+from tests.support import tools
 from tests.support.kubectl import run_kubectl
 from tests.support.kueue_objects import check_state
 from tests.support.lifecycle import (
@@ -150,7 +151,9 @@ def test_each_overlay_and_the_chart_install_from_nothing_and_uninstall_to_nothin
     before = kube.everything(api)
     for overlay in ALONE:
         directory = dist.CONFIG / overlay
-        keys = {kube.key(o) for o in dist.objects(dist.build(directory))}
+        keys = {
+            kube.key(o) for o in dist.objects(dist.build(directory, kustomize=tools.kustomize()))
+        }
         assert not keys & before, f"{overlay}: from nothing"
         run_kubectl("apply", "--server-side", "-k", str(directory), kubeconfig=admin)
         assert_installed(api, keys)
@@ -159,15 +162,15 @@ def test_each_overlay_and_the_chart_install_from_nothing_and_uninstall_to_nothin
         wait_left(api, before, lambda _: False)
 
     home = tmp_path / "helm"
-    keys = set(chart.by_key(chart.template(CHART_VALUES, home=home)))
+    keys = set(chart.by_key(tools.template(CHART_VALUES, home=home)))
     assert {k[1] for k in keys} >= {"ServiceMonitor", "WorkflowTemplate", "Pipeline"}
     sets = [arg for value in CHART_VALUES for arg in ("--set", value)]
     where = ["--namespace", NAMESPACE]
-    chart.run_helm(
+    tools.run_helm(
         "install", "dispatch-k8s", str(chart.CHART), *sets, *where, home=home, kubeconfig=admin
     )
     assert_installed(api, keys)
-    chart.run_helm("uninstall", "dispatch-k8s", *where, home=home, kubeconfig=admin)
+    tools.run_helm("uninstall", "dispatch-k8s", *where, home=home, kubeconfig=admin)
     wait_gone(api, keys)
     wait_left(api, before, lambda _: False)
 
@@ -276,7 +279,7 @@ def test_a_kueue_lifecycle_runs_through_what_the_chart_installed(
     # The values docs/install.md gives for the local cluster: its controllers' own users.
     layout = [arg for value in chart.CONFIG_LAYOUT for arg in ("--set", value)]
     helm = ["--values", str(LOCAL_CLUSTER_VALUES), *layout, *where]
-    chart.run_helm("install", "dispatch-k8s", str(chart.CHART), *helm, home=home, kubeconfig=admin)
+    tools.run_helm("install", "dispatch-k8s", str(chart.CHART), *helm, home=home, kubeconfig=admin)
     for document in QUEUES:
         kube.apply(api, document, namespace=NAMESPACE)
     wait_acting(api, RUNTIME)
@@ -305,7 +308,7 @@ def test_a_kueue_lifecycle_runs_through_what_the_chart_installed(
     kept = ledger_keys(api, NAMESPACE)
     for document in reversed(QUEUES):
         kube.delete(api, document, namespace=NAMESPACE)
-    chart.run_helm("uninstall", "dispatch-k8s", *where, home=home, kubeconfig=admin)
+    tools.run_helm("uninstall", "dispatch-k8s", *where, home=home, kubeconfig=admin)
     wait_left(api, before, kept.__contains__)
 
 
@@ -399,7 +402,7 @@ def test_a_reinstall_acts_once_kube_apiserver_has_restarted(
     api, admin = own_plane.api, own_plane.kubeconfig
     before = kube.everything(api)
     overlay = admin_overlay(tmp_path / "overlay", dist.CONFIG / "plain")
-    keys = {kube.key(o) for o in dist.objects(dist.build(overlay))}
+    keys = {kube.key(o) for o in dist.objects(dist.build(overlay, kustomize=tools.kustomize()))}
     run_kubectl("apply", "--server-side", "-k", str(overlay), kubeconfig=admin)
     wait_acting(api, RUNTIME)
     run_kubectl("delete", "-k", str(overlay), kubeconfig=admin)

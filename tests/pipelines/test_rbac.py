@@ -28,14 +28,13 @@ from tests.cluster.wait import wait_until
 from tests.pipelines.queues import Queues
 from tests.support import render
 from tests.support.cluster_under_test import Cluster
+from tests.support.lifecycle import StepRun, run_step
 from tests.support.shipped import TORCH_RUNTIME, Manifest, documents
 from tests.support.step_identity import (
     Rule,
     StepIdentity,
-    StepRun,
     granted_by_the_server,
     install_identity,
-    run_step,
     shipped_grants,
 )
 

@@ -16,7 +16,7 @@ from tests.pipelines.runs import (
     Ended,
     install_shipped,
     pipeline_run_ended,
-    queued_request,
+    preemption_and_readmission,
     reset_after_one_restart,
     start_pipeline,
     start_request,
@@ -24,9 +24,6 @@ from tests.pipelines.runs import (
     task_runs,
 )
 from tests.support.executions import (
-    FINISHES,
-    IDENTITY,
-    PREEMPTOR,
     RUNS,
     TRAIN,
     expected,
@@ -99,39 +96,22 @@ def test_the_kueue_pipeline_gates_a_preemption_and_readmission(
     step_image_on_node: str,
     kueue: KueueSetup,
 ) -> None:
-    namespace, core = tekton, client.CoreV1Api(api_client)
-    low, high = f"{namespace}-low", f"{namespace}-high"
-    kueue.install(cpu="1", priorities={low: 10, high: 1000})
+    namespace = tekton
 
-    def queued(priority: str, train: str, job_id: str) -> str:
-        params = queued_request(
-            namespace,
-            real_node_runtime,
-            kueue,
-            image=step_image_on_node,
-            priority=priority,
-            train=train,
-            job_id=job_id,
-            wait_seconds="2",
-            pause_seconds="1",
-        )
-        return start_pipeline(api_client, namespace, "dispatch-kueue", params, timeout="0")
-
-    victim = queued(low, RUNS, IDENTITY.job_id)
-    name = started_trainjob(api_client, namespace, victim)
-    first = printed(core, namespace, name, restart=0, admission=1)
-    assert (first.epoch, first.attempt) == expected(1, 0)
-
-    preemptor = queued(high, FINISHES, PREEMPTOR.job_id)
-    preempting = started_trainjob(api_client, namespace, preemptor)
-    ran = printed(core, namespace, preempting, restart=0, admission=1)
-    assert (ran.epoch, ran.attempt) == expected(1, 0, PREEMPTOR)
-    done = pipeline_run_ended(api_client, namespace, preemptor)
-    assert done.succeeded, done.phase  # its gates ended with 0 once it had finished
-
-    second = printed(core, namespace, name, restart=0, admission=2)
-    assert (second.epoch, second.attempt) == expected(2, 0)
-    assert second.epoch > first.epoch
+    preemption_and_readmission(
+        api_client,
+        namespace,
+        kueue,
+        runtime=real_node_runtime,
+        image=step_image_on_node,
+        wait_seconds="2",
+        pause_seconds="1",
+        submit=lambda params: start_pipeline(
+            api_client, namespace, "dispatch-kueue", params, timeout="0"
+        ),
+        started=lambda run: started_trainjob(api_client, namespace, run),
+        ended=lambda run: pipeline_run_ended(api_client, namespace, run),
+    )
 
 
 # The JobSet guard refuses the reset itself: it happens where no policy is installed.

@@ -13,7 +13,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -33,12 +33,14 @@ DEADLINE: Final = 120.0  # five Go controllers share two cores with the tests
 STAGE_ATTEMPTS: Final = 3  # the shipped pipelines retry exit 3 the same way
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepRun:
-    """What one step process did: exit code, its JSON result, its last log line."""
+    """How one step process ended: exit code, its JSON result, the files it wrote to
+    --outputs-dir (none unless given one), its log lines."""
 
     code: int
     result: dict[str, Any]
+    files: dict[str, str] = field(default_factory=dict)
     stderr: str
 
     @property
@@ -48,18 +50,29 @@ class StepRun:
         return str(json.loads(lines[-1])["message"]) if lines else ""
 
 
-def run_step(step: str, *args: str, kubeconfig: Path) -> StepRun:
-    """Run `dispatch-<step>` against the cluster, as a pipeline would (no host DISPATCH_*)."""
+def run_step(step: str, *args: str, kubeconfig: Path, outputs: Path | None = None) -> StepRun:
+    """Run `dispatch-<step>` against the cluster, as a pipeline would (no host DISPATCH_*);
+    with `outputs`, its results also written there (--outputs-dir), emptied first."""
+    where: list[str] = []
+    if outputs is not None:
+        outputs.mkdir(parents=True, exist_ok=True)
+        for stale in outputs.iterdir():
+            stale.unlink()
+        where = ["--outputs-dir", str(outputs)]
     done = subprocess.run(
-        [str(BIN / f"dispatch-{step}"), "--kubeconfig", str(kubeconfig), *args],
+        [str(BIN / f"dispatch-{step}"), "--kubeconfig", str(kubeconfig), *where, *args],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
         env=host_env(),
     )
-    result = json.loads(done.stdout) if done.returncode == 0 else {}
-    return StepRun(done.returncode, result, done.stderr)
+    return StepRun(
+        code=done.returncode,
+        result=json.loads(done.stdout) if done.returncode == 0 else {},
+        files={} if outputs is None else {p.name: p.read_text() for p in sorted(outputs.iterdir())},
+        stderr=done.stderr,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -267,6 +280,14 @@ def run_stage(step: Step, *args: str) -> StepRun:
     return run
 
 
+def admit_wait(namespace: str, name: str, check: str, *, timeout: float) -> list[str]:
+    """`admit --wait`'s flags for TrainJob `name`: wait up to `timeout` s for a reservation."""
+    return [
+        *("--namespace", namespace, "--name", name, "--check", check),
+        *("--wait", "--timeout", str(timeout)),
+    ]
+
+
 def admit_and_approve(step: Step, namespace: str, name: str, check: str) -> StepRun:
     """The Kueue-mode pipeline for one admission: admit --wait, then approve with its outputs.
 
@@ -275,9 +296,7 @@ def admit_and_approve(step: Step, namespace: str, name: str, check: str) -> Step
     """
     target = ["--namespace", namespace, "--check", check]
     for _ in range(STAGE_ATTEMPTS):
-        admitted = run_stage(
-            step, "admit", *target, "--name", name, "--wait", "--timeout", str(DEADLINE)
-        )
+        admitted = run_stage(step, "admit", *admit_wait(namespace, name, check, timeout=DEADLINE))
         assert admitted.code == 0, admitted.error
         approved = step(
             "approve",
@@ -447,8 +466,4 @@ def blocked_admission(
     blocker = start_queued(step, namespace, runtime, kueue, "holds-the-quota")
     admit_and_approve(step, namespace, blocker.result["name"], kueue.check)
     waiting = start_queued(step, namespace, runtime, kueue, "waits")
-    admit = [
-        *("--namespace", namespace, "--name", waiting.result["name"], "--check", kueue.check),
-        *("--wait", "--timeout", str(timeout)),
-    ]
-    return blocker, admit
+    return blocker, admit_wait(namespace, waiting.result["name"], kueue.check, timeout=timeout)

@@ -18,10 +18,10 @@ from typing import Any, Final
 
 from kubernetes import client
 
+from release.dist import DIST
 from tests.cluster import kube
 from tests.cluster.process import LOOPBACK, free_ports
 from tests.support.controller_identity import CONTROLLER, RBAC, SERVICE_ACCOUNT
-from tests.support.dist import DIST
 from tests.support.executions import on_the_node
 from tests.support.lifecycle import as_dict
 from tests.support.shipped import documents

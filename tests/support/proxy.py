@@ -16,8 +16,9 @@ from types import TracebackType
 
 import yaml
 
+from tests.cluster.relay import pump
+
 LOOPBACK = "127.0.0.1"
-CHUNK = 65536
 
 
 class Proxy:
@@ -87,24 +88,22 @@ class Proxy:
             with self._lock:
                 self._open |= {client, upstream}
             for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+                threading.Thread(
+                    target=pump, args=(source, sink), kwargs={"passes": self._passes}, daemon=True
+                ).start()
 
-    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := source.recv(CHUNK):
-                if self.latency:
-                    self._delay.wait(self.latency)
-                if not self._dropping:
-                    sink.sendall(data)
-        with contextlib.suppress(OSError):
-            sink.shutdown(socket.SHUT_WR)
+    def _passes(self) -> bool:
+        """Whether a chunk goes on, once `latency` has passed (relay.pump asks per chunk)."""
+        if self.latency:
+            self._delay.wait(self.latency)
+        return not self._dropping
 
 
 def reset(sock: socket.socket) -> None:
     """Close with a reset (RST), as a dropped link or a killed server would."""
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        # shutdown, not close alone: it wakes a pipe thread blocked in recv
+        # shutdown, not close alone: it wakes a pump thread blocked in recv
         sock.shutdown(socket.SHUT_RDWR)
     with contextlib.suppress(OSError):
         sock.close()

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import yaml
 from kubernetes import client
@@ -13,7 +12,12 @@ from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import wire
 
-REPO: Final = Path(__file__).resolve().parents[2]
+# The repository, its version and default image as the release reads them, for the tests too.
+from release.project import REPO as REPO
+from release.project import Manifest as Manifest
+from release.project import default_image as default_image
+from release.project import version as version
+
 PIPELINES: Final = REPO / "pipelines"
 RUNTIMES: Final = PIPELINES / "runtimes"
 TORCH_RUNTIME: Final = RUNTIMES / "torch-distributed.yaml"
@@ -21,18 +25,6 @@ MONITORING: Final = PIPELINES / "monitoring"
 # In a directory of its own: `kubectl apply -f pipelines/monitoring/` reads every .json file
 # there too, and a dashboard is no Kubernetes object.
 DASHBOARD: Final = MONITORING / "grafana" / "dashboard.json"
-Manifest = dict[str, Any]
-
-
-def version() -> str:
-    """The project version: the default image tag is dispatch-k8s:<version>."""
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    return str(project["version"])
-
-
-def default_image() -> str:
-    """The tag images/build.sh gives by default, and the one the manifests name."""
-    return f"dispatch-k8s:{version()}"
 
 
 def manifest_files() -> list[Path]:

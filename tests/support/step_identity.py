@@ -1,5 +1,5 @@
 """The shipped step identity (pipelines/rbac/steps.yaml) installed in a test namespace, a
-kubeconfig holding a token of its ServiceAccount, and the steps run with that kubeconfig.
+kubeconfig holding a token of its ServiceAccount, for the steps to run with (lifecycle.run_step).
 
 Cluster-scoped objects get the namespace appended to their names, so tests never share them.
 """
@@ -8,23 +8,18 @@ from __future__ import annotations
 
 import base64
 import copy
-import json
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import yaml
 from kubernetes import client, config
 
 from tests.cluster import kube
-from tests.support.environment import host_env
 from tests.support.shipped import PIPELINES, Manifest, documents
 
 RBAC: Final = PIPELINES / "rbac" / "steps.yaml"
 SERVICE_ACCOUNT: Final = "dispatch-steps"
-BIN: Final = Path(sys.executable).parent
 Rule = tuple[str, str, str]  # (apiGroup, resource, verb)
 
 
@@ -163,50 +158,6 @@ def install_identity(
     token = service_account_token(api, namespace)
     kubeconfig = token_kubeconfig(admin_kubeconfig, token, work / f"{SERVICE_ACCOUNT}.kubeconfig")
     return StepIdentity(api=api, namespace=namespace, kubeconfig=kubeconfig, objects=objects)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepRun:
-    """How one step process ended, and the files it wrote to --outputs-dir."""
-
-    code: int
-    result: dict[str, Any]
-    files: dict[str, str]
-    stderr: str
-
-    @property
-    def error(self) -> str:
-        """The last log line's message (a failed step's one-line reason)."""
-        lines = self.stderr.strip().splitlines()
-        return str(json.loads(lines[-1])["message"]) if lines else ""
-
-
-def run_step(step: str, *args: str, kubeconfig: Path, outputs: Path) -> StepRun:
-    """Run `dispatch-<step>` as a pipeline would, with results written to `outputs`."""
-    outputs.mkdir(parents=True, exist_ok=True)
-    for stale in outputs.iterdir():
-        stale.unlink()
-    done = subprocess.run(
-        [
-            str(BIN / f"dispatch-{step}"),
-            "--kubeconfig",
-            str(kubeconfig),
-            "--outputs-dir",
-            str(outputs),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env=host_env(),
-    )
-    return StepRun(
-        code=done.returncode,
-        result=json.loads(done.stdout) if done.returncode == 0 else {},
-        files={path.name: path.read_text() for path in sorted(outputs.iterdir())},
-        stderr=done.stderr,
-    )
 
 
 # What every authenticated user may do (discovery and self-reviews), not granted by us.

@@ -13,8 +13,9 @@ from typing import Any, Final
 import pytest
 import yaml
 
+from release import chart, dist
 from tests.cluster import kube
-from tests.support import chart, dist
+from tests.support import tools
 from tests.support.policies import HARNESS_CONTROLLERS
 from tests.support.shipped import REPO, default_image
 
@@ -141,7 +142,7 @@ def helm_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_checked_in_chart_is_what_config_generates() -> None:
-    assert chart.checked_in() == chart.files(), (
+    assert chart.checked_in() == chart.files(kustomize=tools.kustomize()), (
         "charts/dispatch-k8s drifted: run scripts/render-dist"
     )
 
@@ -155,8 +156,8 @@ def as_config(values: list[str], helm_home: Path) -> dict[kube.Key, Any]:
     """`helm template` in config/'s layout (chart.CONFIG_LAYOUT), as config/ renders objects
     (chart.as_config)."""
     sets, args = split(values)
-    text = chart.template([*chart.CONFIG_LAYOUT, *sets], home=helm_home, args=args)
-    return chart.as_config(text)
+    text = tools.template([*chart.CONFIG_LAYOUT, *sets], home=helm_home, args=args)
+    return tools.as_config(text)
 
 
 # Each choice apart: in lint mode helm logs a template's `fail` instead of failing.
@@ -166,7 +167,7 @@ def as_config(values: list[str], helm_home: Path) -> dict[kube.Key, Any]:
 def test_helm_lint_is_clean(values: list[str], helm_home: Path) -> None:
     sets, args = split(values)
     sets = [arg for value in sets for arg in ("--set", value)]
-    out = chart.run_helm("lint", "--strict", str(chart.CHART), *sets, *args, home=helm_home)
+    out = tools.run_helm("lint", "--strict", str(chart.CHART), *sets, *args, home=helm_home)
     assert "0 chart(s) failed" in out
     # The one INFO line left: the project has no icon to show.
     assert [line for line in out.splitlines() if line.startswith("[")] == [
@@ -178,7 +179,9 @@ def test_helm_lint_is_clean(values: list[str], helm_home: Path) -> None:
 def test_each_choice_renders_what_its_overlay_renders(
     values: list[str], overlay: str, helm_home: Path
 ) -> None:
-    assert as_config(values, helm_home) == chart.by_key(dist.build(dist.CONFIG / overlay))
+    assert as_config(values, helm_home) == chart.by_key(
+        dist.build(dist.CONFIG / overlay, kustomize=tools.kustomize())
+    )
 
 
 def test_the_other_values_render_what_a_users_overlay_renders(
@@ -187,7 +190,7 @@ def test_the_other_values_render_what_a_users_overlay_renders(
     # kustomize takes a base by a relative path only.
     base = os.path.relpath(dist.CONFIG / "kueue", tmp_path)
     (tmp_path / "kustomization.yaml").write_text(USER_OVERLAY.format(base=base, digest=DIGEST))
-    expected = chart.by_key(dist.build(tmp_path))
+    expected = chart.by_key(dist.build(tmp_path, kustomize=tools.kustomize()))
     rendered = as_config(VALUES, helm_home)
     assert rendered == expected
     assert rendered != as_config([], helm_home)
@@ -196,7 +199,7 @@ def test_the_other_values_render_what_a_users_overlay_renders(
 def test_everything_namespaced_and_every_reference_follows_the_release_namespace(
     helm_home: Path,
 ) -> None:
-    text = chart.template(
+    text = tools.template(
         ["argo.enabled=true", "tekton.enabled=true"], home=helm_home, namespace="team-a"
     )
     objects = list(chart.by_key(text).values())
@@ -220,7 +223,7 @@ def test_a_namespace_value_moves_the_controller_and_steps_namespace_the_steps(
     helm_home: Path,
 ) -> None:
     values = ["namespace=dispatch", "steps.namespace=team-a", "createNamespace=true"]
-    objects = chart.by_key(chart.template(values, home=helm_home, namespace="ops", with_tests=True))
+    objects = chart.by_key(tools.template(values, home=helm_home, namespace="ops", with_tests=True))
     by_namespace: dict[str, set[str]] = {}
     for _, kind, ns, _ in objects:
         by_namespace.setdefault(ns, set()).add(kind)
@@ -236,8 +239,8 @@ def test_every_object_has_the_standard_labels_and_the_name_overrides_apply(
     helm_home: Path,
 ) -> None:
     values = ["argo.enabled=true", "tekton.enabled=true", "monitoring.enabled=true"]
-    objects = chart.by_key(chart.template(values, home=helm_home))
-    standard = chart.release_labels("dispatch-k8s")
+    objects = chart.by_key(tools.template(values, home=helm_home))
+    standard = tools.release_labels("dispatch-k8s")
     for k, o in objects.items():
         labels = o["metadata"]["labels"]
         # The Service keeps the name label its ServiceMonitor selects it by.
@@ -246,7 +249,7 @@ def test_every_object_has_the_standard_labels_and_the_name_overrides_apply(
             n: v for n, v in standard.items() if n not in own
         }, k
     overridden = chart.by_key(
-        chart.template(
+        tools.template(
             ["nameOverride=dispatch", "fullnameOverride=ml-dispatch"],
             home=helm_home,
             with_tests=True,
@@ -254,7 +257,7 @@ def test_every_object_has_the_standard_labels_and_the_name_overrides_apply(
     )
     names = {o["metadata"]["labels"]["app.kubernetes.io/name"] for o in overridden.values()}
     assert names == {"dispatch"}
-    (test_pod,) = [o for o in overridden.values() if chart.is_hook(o)]
+    (test_pod,) = [o for o in overridden.values() if tools.is_hook(o)]
     assert test_pod["metadata"]["name"] == "ml-dispatch-test"
 
 
@@ -271,14 +274,14 @@ def test_every_object_has_the_standard_labels_and_the_name_overrides_apply(
 def test_the_disruption_budget_is_there_only_at_more_than_one_replica_or_when_asked(
     values: list[str], budget: bool, helm_home: Path
 ) -> None:
-    kinds = {kind for _, kind, _, _ in chart.by_key(chart.template(values, home=helm_home))}
+    kinds = {kind for _, kind, _, _ in chart.by_key(tools.template(values, home=helm_home))}
     assert ("PodDisruptionBudget" in kinds) is budget
 
 
 def test_the_helm_test_pod_runs_a_dry_run_audit_as_the_steps(helm_home: Path) -> None:
     values = ["steps.namespace=team-a"]
-    objects = chart.by_key(chart.template(values, home=helm_home, with_tests=True))
-    (pod,) = [o for o in objects.values() if chart.is_hook(o)]
+    objects = chart.by_key(tools.template(values, home=helm_home, with_tests=True))
+    (pod,) = [o for o in objects.values() if tools.is_hook(o)]
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     assert pod["metadata"]["namespace"] == "team-a"
     (account,) = [k for k in objects if k[1] == "ServiceAccount" and k[2] == "team-a"]
@@ -295,7 +298,7 @@ def test_the_helm_test_pod_runs_a_dry_run_audit_as_the_steps(helm_home: Path) ->
 
 def test_the_notes_say_what_was_installed_and_the_next_command(helm_home: Path) -> None:
     def notes(*args: str) -> str:
-        out = chart.run_helm(
+        out = tools.run_helm(
             "install",
             "rel",
             str(chart.CHART),
@@ -331,14 +334,14 @@ def renamed(value: Any, names: dict[str, str]) -> Any:
 
 def test_the_argo_and_tekton_steps_default_to_the_image_and_check_chosen(helm_home: Path) -> None:
     steps = ["argo.enabled=true", "tekton.enabled=true"]
-    defaults = chart.by_key(chart.template(steps, home=helm_home))
+    defaults = chart.by_key(tools.template(steps, home=helm_home))
     names = {
         default_image(): "registry.example/team/dispatch:9.9",
         "dispatch-admission": "team-check",
     }
     expected = {kube.key(o): o for o in renamed(list(defaults.values()), names)}
     assert expected != defaults
-    assert chart.by_key(chart.template([*steps, *NAMES], home=helm_home)) == expected
+    assert chart.by_key(tools.template([*steps, *NAMES], home=helm_home)) == expected
 
 
 @pytest.mark.parametrize(
@@ -370,12 +373,12 @@ def test_values_that_cannot_install_are_refused(
     values: list[str], refusal: str, helm_home: Path
 ) -> None:
     with pytest.raises(RuntimeError, match=refusal):
-        chart.template(values, home=helm_home)
+        tools.template(values, home=helm_home)
 
 
 def test_the_local_clusters_values_name_its_controllers(helm_home: Path) -> None:
     values = REPO / "tests" / "up" / "controllers-values.yaml"
     identities = yaml.safe_load(values.read_text())["controllerIdentities"]
     assert identities == {key: [user] for key, user in HARNESS_CONTROLLERS.items()}
-    out = chart.run_helm("lint", "--strict", str(chart.CHART), "-f", str(values), home=helm_home)
+    out = tools.run_helm("lint", "--strict", str(chart.CHART), "-f", str(values), home=helm_home)
     assert "0 chart(s) failed" in out

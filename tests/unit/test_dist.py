@@ -10,7 +10,8 @@ from typing import Final
 
 import pytest
 
-from tests.support import dist
+from release import dist
+from tests.support import tools
 from tests.support.shipped import default_image
 
 # What each overlay leaves out or adds, by (kind, name), against config/default.
@@ -29,14 +30,17 @@ ARGO_EXECUTOR: Final = {
 
 def identities(overlay: str) -> set[tuple[str, str]]:
     return {
-        (o["kind"], o["metadata"]["name"]) for o in dist.objects(dist.build(dist.CONFIG / overlay))
+        (o["kind"], o["metadata"]["name"])
+        for o in dist.objects(dist.build(dist.CONFIG / overlay, kustomize=tools.kustomize()))
     }
 
 
 @pytest.mark.parametrize("name", sorted(dist.BUNDLES))
 def test_the_checked_in_bundle_is_what_config_renders(name: str) -> None:
     checked_in = (dist.DIST / name).read_text()
-    assert checked_in == dist.bundle(name), f"dist/{name} drifted: run scripts/render-dist"
+    assert checked_in == dist.bundle(name, kustomize=tools.kustomize()), (
+        f"dist/{name} drifted: run scripts/render-dist"
+    )
 
 
 def test_each_overlay_adds_or_leaves_out_only_its_own_choice() -> None:
@@ -70,7 +74,7 @@ def test_each_overlay_adds_or_leaves_out_only_its_own_choice() -> None:
 
 def test_namespaced_objects_go_to_the_controllers_or_the_steps_namespace() -> None:
     for overlay in dist.OVERLAYS:
-        for o in dist.objects(dist.build(dist.CONFIG / overlay)):
+        for o in dist.objects(dist.build(dist.CONFIG / overlay, kustomize=tools.kustomize())):
             kind, name = o["kind"], o["metadata"]["name"]
             if kind in dist.CLUSTER_SCOPED:
                 expected = None
@@ -90,6 +94,8 @@ def test_one_images_entry_renames_the_image_everywhere(overlay: str, tmp_path: P
         f"resources: [{base}]\n"
         "images: [{name: dispatch-k8s, newName: registry.example/team/dispatch, newTag: '9.9'}]\n"
     )
-    before = dist.build(dist.CONFIG / overlay)
+    before = dist.build(dist.CONFIG / overlay, kustomize=tools.kustomize())
     assert (default_image() in before) == (overlay not in NO_IMAGE)
-    assert dist.build(tmp_path) == before.replace(default_image(), renamed)
+    assert dist.build(tmp_path, kustomize=tools.kustomize()) == before.replace(
+        default_image(), renamed
+    )

@@ -31,10 +31,10 @@ from dispatch_k8s.steps.approve import ApproveSettings
 from dispatch_k8s.steps.audit import AuditSettings
 from dispatch_k8s.steps.start_settings import StartSettings
 from dispatch_k8s.steps.status import StatusSettings
-from tests.support.golden import check_golden
 from tests.support.requests import request_flags
 from tests.unit.audit_factories import NAME, UID, jobset_dict, trainjob_dict
 from tests.unit.factories import SERVER
+from tests.unit.golden import check_golden
 from tests.unit.test_workload import raised_trainjob, workload_dict
 
 REPO: Final = Path(__file__).resolve().parents[2]

@@ -21,7 +21,7 @@ from dispatch_k8s.core.rules import errors
 from dispatch_k8s.core.rules.errors import BadInput
 from dispatch_k8s.core.shell.gateway import Gateway
 from dispatch_k8s.core.shell.settings import ClusterSettings, env_name, flag_name, load_settings
-from tests.support.golden import check_golden_text
+from tests.unit.golden import check_golden_text
 
 REPO: Final = Path(__file__).resolve().parents[2]
 BIN: Final = Path(sys.executable).parent

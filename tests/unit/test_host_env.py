@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dispatch_k8s.core.rules import wire
-from tests.support import lifecycle, step_identity
+from tests.support import lifecycle
 from tests.support.environment import host_env
 from tests.support.requests import request_flags
 from tests.support.shipped import TORCH_RUNTIME
@@ -39,7 +39,7 @@ def test_the_lifecycles_steps_do_not_see_the_hosts_dispatch_variables(tmp_path: 
     kubeconfig = tmp_path / "unused.kubeconfig"  # a dry run from a runtime file reads none
     for run in (
         lifecycle.run_step("start", *DRY_RUN, kubeconfig=kubeconfig),
-        step_identity.run_step("start", *DRY_RUN, kubeconfig=kubeconfig, outputs=tmp_path / "o"),
+        lifecycle.run_step("start", *DRY_RUN, kubeconfig=kubeconfig, outputs=tmp_path / "o"),
     ):
         assert run.code == 0, run.stderr
         assert wire.QUEUE_LABEL not in (run.result["metadata"].get("labels") or {})

@@ -16,7 +16,8 @@ from typing import Any, Final
 
 import pytest
 
-from tests.support import dist
+from release import dist
+from tests.support import tools
 from tests.support.shipped import Manifest
 
 NAMESPACE: Final = "team-x"
@@ -32,13 +33,13 @@ def build(overlay: str, *, renamed: bool) -> list[Manifest]:
     """config/OVERLAY as shipped, or under a user's overlay that renames and moves it (built
     once for both tests)."""
     if not renamed:
-        return dist.objects(dist.build(dist.CONFIG / overlay))
+        return dist.objects(dist.build(dist.CONFIG / overlay, kustomize=tools.kustomize()))
     with tempfile.TemporaryDirectory() as directory:
         base = os.path.relpath(dist.CONFIG / overlay, directory)  # kustomize takes it relative
         (Path(directory) / "kustomization.yaml").write_text(
             f"resources: [{base}]\nnamespace: {NAMESPACE}\nnamePrefix: {PREFIX}\n"
         )
-        return dist.objects(dist.build(Path(directory)))
+        return dist.objects(dist.build(Path(directory), kustomize=tools.kustomize()))
 
 
 def ref(kind: str, name: str, namespace: str | None) -> Ref:

@@ -15,9 +15,9 @@ import yaml
 from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.rules.identity import Counts, Identity, attempt_token, epoch
 from dispatch_k8s.core.rules.prologue import EXIT_REFUSED
-from tests.support.golden import check_golden
 from tests.support.requests import request_flags
 from tests.support.shells import SHELLS, Shell, resolve_downward_env, shell_argv0
+from tests.unit.golden import check_golden
 
 REPO = Path(__file__).resolve().parents[2]
 TORCH_RUNTIME = REPO / "pipelines" / "runtimes" / "torch-distributed.yaml"

@@ -13,8 +13,8 @@ from dispatch_k8s.core.rules import status, wire
 from dispatch_k8s.core.shell.settings import load_settings
 from dispatch_k8s.steps import status as status_step
 from dispatch_k8s.steps.status import StatusSettings
-from tests.support.golden import check_golden_text
 from tests.unit.audit_factories import NAME, jobset_dict, trainjob_dict
+from tests.unit.golden import check_golden_text
 
 CHECK = "dispatch-admission"
 RESERVED_AT = "2026-11-30T10:00:00Z"

@@ -165,8 +165,8 @@ class ClusterSettings(BaseSettings):
         return namespace
 
 
-class StepSettings(ClusterSettings):
-    """What every step takes: where the cluster is and where results go."""
+class ResultSettings(ClusterSettings):
+    """What every step takes: where the cluster is and where results also go."""
 
     outputs_dir: Annotated[
         Path | None,
@@ -177,6 +177,16 @@ class StepSettings(ClusterSettings):
             default="none: the result goes to stdout only",
         ),
     ] = None
+
+
+# --output is declared apart from --request-timeout so that a step that prints its results in
+# a form of its own (status: a table) declares its own --output in this same place: a class on
+# ResultSettings, before DeadlineSettings among its bases. The flags keep one order in every
+# step (pydantic orders fields by the bases, the first declared first), in --help and in the
+# errors of a command line with several bad flags.
+class PrintedSettings(ResultSettings):
+    """A step whose result the runner prints: in the format --output names."""
+
     output: Annotated[
         OutputFormat,
         doc(
@@ -188,6 +198,11 @@ class StepSettings(ClusterSettings):
             default="json",
         ),
     ] = "json"
+
+
+class DeadlineSettings(ResultSettings):
+    """A step that connects: --request-timeout bounds it from then on."""
+
     request_timeout: Annotated[
         float,
         BeforeValidator(parse_duration),
@@ -200,6 +215,10 @@ class StepSettings(ClusterSettings):
             default="0: no deadline (each request still times out on its own)",
         ),
     ] = 0.0
+
+
+class StepSettings(DeadlineSettings, PrintedSettings):
+    """What a step whose result the runner prints takes: its format, and the deadline."""
 
 
 # DISPATCH_DRY_RUN was a boolean in earlier builds (start's alone): it still means the same.
@@ -240,7 +259,7 @@ CHECK_DOC: Final = doc(
 )
 
 
-class NamespacedSettings(StepSettings):
+class NamespacedSettings(DeadlineSettings):
     """A step that acts in one namespace: the one given, else the one kubectl would use."""
 
     namespace: Annotated[Namespace, NAMESPACE_DOC] = DEFAULT_NAMESPACE

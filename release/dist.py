@@ -1,21 +1,22 @@
 """The release bundles under dist/, rendered from config/'s overlays by the real kustomize.
 
-`python -m tests.support.dist` (scripts/render-dist) writes them; tests/unit/test_dist.py fails when
-the checked-in files differ from what config/ renders. kustomize is built from its Go module like
-the control plane's binaries (tests/cluster/versions.toml), and is built here if missing.
+`python -m release.dist --kustomize PATH` (scripts/render-dist) writes them; tests/unit/test_dist.py
+fails when the checked-in files differ from what config/ renders. The kustomize run is the one
+its caller gives: built from its Go module like the control plane's binaries
+(tests/cluster/versions.toml).
 """
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import yaml
 
-from tests.cluster import binaries
-from tests.support.shipped import REPO, Manifest, version
+from release.project import REPO, Manifest, version
 
 CONFIG: Final = REPO / "config"
 DIST: Final = REPO / "dist"
@@ -51,23 +52,24 @@ OVERLAYS: Final = (
 )
 
 
-def kustomize() -> Path:
-    """The kustomize binary of versions.toml, built if it is not cached yet."""
-    (component,) = [c for c in binaries.components(release=True) if c.name == "kustomize"]
-    return binaries.build(component, binaries.go_version()) / "kustomize"
+Key = tuple[str, str, str, str]  # apiVersion, kind, namespace ("" if cluster-scoped), name
 
 
-def build(directory: Path) -> str:
+def key(o: dict[str, Any]) -> Key:
+    """An object's identity on the server."""
+    metadata = o["metadata"]
+    return (o["apiVersion"], o["kind"], metadata.get("namespace", ""), metadata["name"])
+
+
+def build(directory: Path, *, kustomize: Path) -> str:
     """`kustomize build DIRECTORY`: the rendered YAML stream."""
-    done = subprocess.run(
-        [str(kustomize()), "build", str(directory)], text=True, capture_output=True
-    )
+    done = subprocess.run([str(kustomize), "build", str(directory)], text=True, capture_output=True)
     if done.returncode != 0:
         raise RuntimeError(f"kustomize build {directory}: {done.stderr.strip()}")
     return done.stdout
 
 
-def bundle(name: str) -> str:
+def bundle(name: str, *, kustomize: Path) -> str:
     """The text of dist/NAME as config/ renders it now."""
     overlay = BUNDLES[name]
     header = (
@@ -75,7 +77,7 @@ def bundle(name: str) -> str:
         "# edit. Install or upgrade: kubectl apply --server-side -f dist/"
         f"{name}\n# (README, Install).\n"
     )
-    return header + build(CONFIG / overlay)
+    return header + build(CONFIG / overlay, kustomize=kustomize)
 
 
 def objects(text: str) -> list[Manifest]:
@@ -83,12 +85,21 @@ def objects(text: str) -> list[Manifest]:
     return [d for d in yaml.safe_load_all(text) if d]
 
 
+def arguments(argv: list[str], *, about: str) -> argparse.Namespace:
+    """`--kustomize PATH [--check]`: the kustomize to run, and whether only to check."""
+    parser = argparse.ArgumentParser(description=about)
+    parser.add_argument("--kustomize", type=Path, required=True, help="the kustomize binary")
+    parser.add_argument("--check", action="store_true", help="only report (exit 1) a difference")
+    return parser.parse_args(argv)
+
+
 def main(argv: list[str]) -> int:
     """Write every bundle; with --check, only report (exit 1) which differ."""
-    check = argv == ["--check"]
+    given = arguments(argv, about="Render dist/ from config/.")
+    check = given.check
     stale = []
     for name in BUNDLES:
-        text, path = bundle(name), DIST / name
+        text, path = bundle(name, kustomize=given.kustomize), DIST / name
         if path.exists() and path.read_text() == text:
             continue
         stale.append(name)

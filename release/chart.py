@@ -1,21 +1,20 @@
 """The Helm chart charts/dispatch-k8s, generated from config/'s overlays by the real kustomize.
 
-Nothing in the chart is written by hand: `python -m tests.support.chart` (scripts/render-dist)
-renders each overlay, files every object under the choice that brings it (the objects of
-config/plain and config/policies-guard-only in every install; what config/kueue adds over plain
-under `kueue.enabled`, and so on), and puts the values in where the overlays name the image, the
-AdmissionCheck, the replicas, the resources and the controllers the path guard trusts.
+Nothing in the chart is written by hand: `python -m release.chart --kustomize PATH`
+(scripts/render-dist) renders each overlay, files every object under the choice that brings it
+(the objects of config/plain and config/policies-guard-only in every install; what config/kueue
+adds over plain under `kueue.enabled`, and so on), and puts the values in where the overlays name
+the image, the AdmissionCheck, the replicas, the resources and the controllers the path guard
+trusts.
 tests/unit/test_chart.py fails when the checked-in chart differs from this, and checks
-`helm template` against the kustomize render of the matching choices. helm is built from its
-Go module like kustomize (tests/cluster/versions.toml).
+`helm template` against the kustomize render of the matching choices (tests/support/tools.py runs
+helm).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -23,10 +22,9 @@ from typing import Any, Final
 
 import yaml
 
-from tests.cluster import binaries, kube
-from tests.cluster.kube import Key
-from tests.support import dist
-from tests.support.shipped import REPO, Manifest, default_image, version
+from release import dist
+from release.dist import Key
+from release.project import REPO, Manifest, default_image, version
 
 CHART: Final = REPO / "charts" / "dispatch-k8s"
 HEADER: Final = "# Generated from config/ by scripts/render-dist: do not edit (README, Install).\n"
@@ -387,9 +385,11 @@ annotations:
 
 
 def schema(identities: Sequence[str]) -> dict[str, Any]:
-    """values.schema.json: every value typed, unknown ones refused (a typo fails the install);
+    """values.schema.json: every value typed, unknown ones refused (a typo fails the install).
+
     `identities`, the keys the path guard reads from its parameters. What a pod's spec says
-    (affinity, tolerations, env...) is left to the API server to check."""
+    (affinity, tolerations, env...) is left to the API server to check.
+    """
 
     def closed(properties: dict[str, Any]) -> dict[str, Any]:
         return {"type": "object", "additionalProperties": False, "properties": properties}
@@ -462,7 +462,7 @@ def schema(identities: Sequence[str]) -> dict[str, Any]:
 
 def by_key(text: str) -> dict[Key, Manifest]:
     """The objects of a rendered stream, by identity (helm orders them by kind, kustomize not)."""
-    return {kube.key(o): o for o in dist.objects(text)}
+    return {dist.key(o): o for o in dist.objects(text)}
 
 
 class _Dumper(yaml.SafeDumper):
@@ -479,8 +479,10 @@ _Dumper.add_representer(str, _str)
 
 
 def _with_sentinels(value: Any, names: Mapping[str, str]) -> Any:
-    """`value` with every string that is a key of `names` (the image, the AdmissionCheck's
-    name) replaced by its sentinel, the key's value."""
+    """`value` with every string that is a key of `names` replaced by its sentinel.
+
+    The keys: the image, the AdmissionCheck's name; each one's value, its sentinel.
+    """
     if isinstance(value, dict):
         return {k: _with_sentinels(v, names) for k, v in value.items()}
     if isinstance(value, list):
@@ -489,8 +491,10 @@ def _with_sentinels(value: Any, names: Mapping[str, str]) -> Any:
 
 
 def _controller_with_sentinels(deployment: Manifest) -> Manifest:
-    """The controller's Deployment with a sentinel where each value goes; its affinity goes to
-    the values, as their default."""
+    """The controller's Deployment with a sentinel where each value goes.
+
+    Its affinity goes to the values, as their default.
+    """
     spec = deployment["spec"]
     template = spec["template"]
     (container,) = template["spec"]["containers"]
@@ -516,9 +520,12 @@ def _controller_with_sentinels(deployment: Manifest) -> Manifest:
 
 
 def _released(value: Any, namespaces: Mapping[str, str]) -> Any:
-    """An object of config/ as the chart installs it: every `namespace:` it names (its own,
-    a subject's, a parameter's) by its sentinel in `namespaces`, the standard labels' sentinel
-    first in its labels, and a Namespace's name by its sentinel."""
+    """An object of config/ as the chart installs it, with sentinels for what a release sets.
+
+    Every `namespace:` it names (its own, a subject's, a parameter's) by its sentinel in
+    `namespaces`, the standard labels' sentinel first in its labels, and a Namespace's name by
+    its sentinel.
+    """
 
     def namespaced(v: Any) -> Any:
         if isinstance(v, dict):
@@ -671,10 +678,10 @@ def _conditional(condition: str, text: str) -> str:
     return f"{{{{- if {condition} }}}}\n{text}{{{{- end }}}}\n"
 
 
-def files() -> dict[str, str]:
+def files(*, kustomize: Path) -> dict[str, str]:
     """Every file of the chart, by its path under charts/dispatch-k8s, as config/ renders it."""
     renders = {
-        overlay: by_key(dist.build(dist.CONFIG / overlay))
+        overlay: by_key(dist.build(dist.CONFIG / overlay, kustomize=kustomize))
         for overlay in {o for _, *pair in CHOICES.values() for o in pair}
     }
     chosen: dict[str, list[Key]] = {}
@@ -697,7 +704,7 @@ def files() -> dict[str, str]:
     identities: dict[str, str] = union[CONTROLLERS]["data"]
     with_sentinels = {
         CONTROLLERS: {**union[CONTROLLERS], "data": IDENTITIES},
-        kube.key(deployment): _controller_with_sentinels(deployment),
+        dist.key(deployment): _controller_with_sentinels(deployment),
     }
     # config/ puts the controller in the Namespace it makes, the steps in one other namespace.
     (controller_namespace,) = [name for _, kind, _, name in union if kind == "Namespace"]
@@ -772,82 +779,11 @@ def checked_in() -> dict[str, str]:
     }
 
 
-def helm() -> Path:
-    """The helm binary of versions.toml, built if it is not cached yet."""
-    (component,) = [c for c in binaries.components(release=True) if c.name == "helm"]
-    return binaries.build(component, binaries.go_version()) / "helm"
-
-
-def run_helm(*args: str, home: Path, kubeconfig: Path | None = None) -> str:
-    """Run helm with its cache, config and data under `home` (never the user's); its stdout."""
-    env = {
-        **os.environ,
-        "HELM_CACHE_HOME": str(home / "cache"),
-        "HELM_CONFIG_HOME": str(home / "config"),
-        "HELM_DATA_HOME": str(home / "data"),
-    }
-    if kubeconfig is not None:
-        env["KUBECONFIG"] = str(kubeconfig)
-    done = subprocess.run([str(helm()), *args], env=env, text=True, capture_output=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"helm {' '.join(args)}: {done.stderr.strip()}")
-    return done.stdout
-
-
-def template(
-    values: Sequence[str],
-    *,
-    home: Path,
-    namespace: str = "default",
-    args: Sequence[str] = (),
-    with_tests: bool = False,
-) -> str:
-    """`helm template` of the checked-in chart, release dispatch-k8s in `namespace`, with these
-    `--set` values and other `args`; the helm test Pod only `with_tests` (helm installs it only
-    for `helm test`)."""
-    sets = [arg for value in values for arg in ("--set", value)]
-    where = ["--namespace", namespace, *([] if with_tests else ["--skip-tests"])]
-    return run_helm("template", "dispatch-k8s", str(CHART), *where, *sets, *args, home=home)
-
-
-def release_labels(release: str) -> dict[str, str]:
-    """The standard labels the chart gives every object of release `release`."""
-    chart_yaml = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    return {
-        "helm.sh/chart": f"{chart_yaml['name']}-{chart_yaml['version']}",
-        "app.kubernetes.io/name": chart_yaml["name"],
-        "app.kubernetes.io/instance": release,
-        "app.kubernetes.io/version": chart_yaml["appVersion"],
-        "app.kubernetes.io/managed-by": "Helm",
-    }
-
-
-def is_hook(o: Manifest) -> bool:
-    """Whether helm runs `o` as a hook (the helm test Pod) rather than installing it."""
-    return "helm.sh/hook" in o["metadata"].get("annotations", {})
-
-
-def as_config(text: str, release: str = "dispatch-k8s") -> dict[Key, Manifest]:
-    """The installed objects of a `helm template` render, by key, without the standard labels
-    the chart adds (what config/ renders has none): to compare with kustomize's."""
-    added = release_labels(release)
-
-    def unlabelled(o: Manifest) -> Manifest:
-        labels = {k: v for k, v in o["metadata"]["labels"].items() if added.get(k) != v}
-        metadata = (
-            {**o["metadata"], "labels": labels}
-            if labels
-            else {k: v for k, v in o["metadata"].items() if k != "labels"}
-        )
-        return {**o, "metadata": metadata}
-
-    return {k: unlabelled(o) for k, o in by_key(text).items() if not is_hook(o)}
-
-
 def main(argv: list[str]) -> int:
     """Write the chart; with --check, only report (exit 1) whether it differs."""
-    check = argv == ["--check"]
-    wanted, present = files(), checked_in()
+    given = dist.arguments(argv, about="Render charts/dispatch-k8s from config/.")
+    check = given.check
+    wanted, present = files(kustomize=given.kustomize), checked_in()
     if wanted == present:
         return 0
     if check:

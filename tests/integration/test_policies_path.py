@@ -191,6 +191,10 @@ TRAINJOB_EDITS: Final[dict[str, tuple[str, Callable[[dict[str, Any]], Any]]]] = 
         "keep-start-record",
         _records({wire.RUNTIME_SEEN_ANNOTATION: None}),
     ),
+    "widen-the-runtime-opt-ins": (
+        "keep-start-record",
+        _records({wire.RUNTIME_ALLOWS_ANNOTATION: "pod-failure-ignore"}),
+    ),
 }
 
 

@@ -94,27 +94,48 @@ def decide_violations(
     return tuple(check.violations)
 
 
-def decide_unwaivable_in_jobset(jobset_spec: Any, *, path: str) -> tuple[Violation, ...]:
-    """Return the violations no opt-in waives in a live JobSet's spec, which lies at `path`.
+def decide_violations_in_jobset(
+    jobset_spec: Any, *, path: str, allowed: frozenset[str]
+) -> tuple[Violation, ...]:
+    """Return the violations in a live JobSet's spec (at `path`), the mechanisms `allowed` waived.
 
-    The runtime may have been edited after start, or the JobSet by hand. The trainer label lives
-    in the runtime, so a JobSet need not hold a labelled job: only the jobs it labels are checked.
+    `allowed` is what the job's runtime allowed when start checked it. The runtime may have
+    been edited after start, or the JobSet by hand. The trainer label lives in the runtime, so
+    a JobSet need not hold a labelled job: only the jobs it labels are checked.
     """
-    check = _Check(allowed=frozenset(MECHANISMS))
+    check = _Check(allowed=allowed)
     jobset = check.mapping(jobset_spec, path)
     _check_jobset_spec(jobset, path, check, runtime_spec=None, replaced=("command",))
     return tuple(check.violations)
 
 
-def decide_unwaivable_in_trainer_job(job: Mapping[str, Any]) -> tuple[Violation, ...]:
-    """Return the violations no opt-in waives in a trainer child Job as it is now.
+def decide_violations_in_trainer_job(
+    job: Mapping[str, Any], *, allowed: frozenset[str]
+) -> tuple[Violation, ...]:
+    """Return the violations in a trainer child Job as it is now, against the mechanisms allowed.
 
     Paths are from the Job's root. Its trainer container's command is the prologue's, as in
     every trainer job the runtime rules check.
     """
-    check = _Check(allowed=frozenset(MECHANISMS))
+    check = _Check(allowed=allowed)
     _check_job("spec", job.get("spec"), check, replaced=("command",))
     return tuple(check.violations)
+
+
+def allowed_mechanisms(runtime: Mapping[str, Any]) -> frozenset[str]:
+    """The mechanisms a runtime's owner allows; what it cannot read, decide_violations refuses."""
+    return _allowed_mechanisms(runtime, _Check())
+
+
+def build_allowed(allowed: frozenset[str]) -> str:
+    """The record of the mechanisms allowed: their names in MECHANISMS order, comma-separated."""
+    return ",".join(name for name in MECHANISMS if name in allowed)
+
+
+def parse_allowed(value: str) -> frozenset[str] | None:
+    """The mechanisms a record names; None when it names one that is not a mechanism."""
+    names = [name.strip() for name in value.split(",")] if value.strip() else []
+    return frozenset(names) if all(name in MECHANISMS for name in names) else None
 
 
 def build_refusal(runtime: Mapping[str, Any], violations: Sequence[Violation]) -> str:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
+from dispatch_k8s.core.rules import runtime as runtime_rules
 from dispatch_k8s.core.rules import shapes, wire
 from dispatch_k8s.core.rules.decisions import NeedsPerson, Refusal, ResourceVersion
 from dispatch_k8s.core.rules.errors import DispatchError, Foreign, Refused
@@ -67,8 +68,9 @@ def build_trainjob(
 ) -> dict[str, Any]:
     """The suspended TrainJob `start` creates, with the identity recorded in annotations.
 
-    `runtime` as read records its UID and generation (not part of the request's digest: the
-    same request stays the same whatever became of the runtime).
+    `runtime` as read records its UID, generation and spec digest, and the restart mechanisms
+    it allows (not part of the request's digest: the same request stays the same whatever
+    became of the runtime).
     """
     identity = request.identity
     trainer: dict[str, Any] = {
@@ -120,6 +122,9 @@ def build_trainjob(
     seen = runtime_seen(runtime) if runtime is not None else None
     if seen is not None:
         annotations[wire.RUNTIME_SEEN_ANNOTATION] = seen
+    if runtime is not None:
+        allowed = runtime_rules.allowed_mechanisms(runtime)
+        annotations[wire.RUNTIME_ALLOWS_ANNOTATION] = runtime_rules.build_allowed(allowed)
     return trainjob
 
 

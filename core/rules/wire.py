@@ -40,6 +40,11 @@ REQUEST_DIGEST_ANNOTATION: Final = f"{DOMAIN}/request-digest"
 # copy of it Trainer builds the job from, edited or replaced since (its restart settings may no
 # longer pass the rules).
 RUNTIME_SEEN_ANNOTATION: Final = f"{DOMAIN}/runtime"
+# On the TrainJob: the restart mechanisms the runtime allowed as start read it (its
+# allow-rank-restart and allow-restarts annotations), comma-separated, empty for none: the audit
+# judges the live JobSet and child Jobs against them, not against what the runtime, or its copy,
+# says now (its annotations are outside the spec digest above).
+RUNTIME_ALLOWS_ANNOTATION: Final = f"{DOMAIN}/runtime-allows"
 # Trainer v2.3.0 and later build a TrainJob from a copy of its runtime taken at the first
 # reconcile, kept as YAML under this key in the ConfigMap <trainjob><suffix> of the job's
 # namespace, controller-owned by the TrainJob (kubeflow/trainer pkg/runtime/core/snapshot.go);

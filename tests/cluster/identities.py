@@ -27,11 +27,15 @@ DEFAULT_LAYOUT: Final[Layout] = "releases"
 # kube-controller-manager's controllers the path guard names, by the key of
 # pipelines/policies/controllers.yaml: with --use-service-account-credentials each acts as a
 # ServiceAccount of kube-system named by its controller (k8s.io/kubernetes
-# cmd/kube-controller-manager/app: batch.go, core.go).
+# cmd/kube-controller-manager/app: batch.go, core.go). A key's other users
+# (system:kube-controller-manager, DRA's device-taint-eviction-controller) run in no cluster here.
 KCM_ACCOUNTS: Final = {
     "job-controller": "job-controller",
     "garbage-collector": "generic-garbage-collector",
     "namespace-controller": "namespace-controller",
+    "pod-garbage-collector": "pod-garbage-collector",
+    # The taint eviction controller is given the node lifecycle controller's client (core.go).
+    "taint-eviction": "node-controller",
 }
 KCM_NAMESPACE: Final = "kube-system"
 # The users each layout runs JobSet, Kueue and Trainer as, for what must know them before a

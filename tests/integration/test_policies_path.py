@@ -191,6 +191,10 @@ TRAINJOB_EDITS: Final[dict[str, tuple[str, Callable[[dict[str, Any]], Any]]]] = 
         "keep-start-record",
         _records({wire.RUNTIME_SEEN_ANNOTATION: None}),
     ),
+    "widen-the-runtime-opt-ins": (
+        "keep-start-record",
+        _records({wire.RUNTIME_ALLOWS_ANNOTATION: "pod-failure-ignore"}),
+    ),
 }
 
 
@@ -580,6 +584,34 @@ def test_other_edits_of_a_pod_pass_and_no_pod_carrying_a_is_made_by_hand(
         spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="x")]),
     )
     refused_with("pod-create", lambda: pods.create_namespaced_pod(namespace, made))
+
+
+def test_a_pod_carrying_a_is_deleted_by_its_controllers_alone(
+    step: Step,
+    running_pod: dict[str, Any],
+    started: str,
+    namespace: str,
+    member: client.ApiClient,
+    api_client: client.ApiClient,
+) -> None:
+    """Deleted by hand after it ran, a pod leaves the audit nothing to compare a rerun with."""
+    name = running_pod["metadata"]["name"]
+    by_member = client.CoreV1Api(member)
+    text = refused_with("pod-delete", lambda: by_member.delete_namespaced_pod(name, namespace))
+    assert f"pod {name} ran with A = 3" in text, text
+    by_admin = client.CoreV1Api(api_client)  # no user is trusted: the cluster's admin neither
+    refused_with("pod-delete", lambda: by_admin.delete_namespaced_pod(name, namespace))
+
+    # A hold: the job controller deletes it (and, the pod never bound, the pod GC), and passes.
+    held = run_stage(step, "hold", "--namespace", namespace, "--name", started)
+    assert held.code == 0, held.error
+    core = client.CoreV1Api(api_client)
+
+    def gone() -> bool | None:
+        listed = as_dict(core.list_namespaced_pod(namespace))["items"]
+        return None if any(p["metadata"]["name"] == name for p in listed) else True
+
+    wait_until(gone, what=f"the hold to delete pod {name}", timeout=DEADLINE)
 
 
 # --- the runtime snapshot (Trainer v2.3.0 and later) -----------------------------------------

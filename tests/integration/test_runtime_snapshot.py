@@ -11,6 +11,7 @@ import copy
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -18,6 +19,7 @@ from dispatch_k8s.core.rules import wire
 from tests.cluster.wait import wait_until
 from tests.support.lifecycle import (
     DEADLINE,
+    JOBSET,
     TRAINER,
     Step,
     as_dict,
@@ -141,3 +143,58 @@ def test_a_runtime_edited_after_start_is_flagged_where_the_job_is_built_from_it(
         return
     assert audited.code == 7
     assert "TrainingRuntime edited changed since start checked it" in audited.error
+
+
+def test_an_ignore_the_runtime_never_allowed_reaching_the_jobset_is_flagged(
+    step: Step, namespace: str, torch_runtime: str, api_client: client.ApiClient
+) -> None:
+    """The p-blind case of issue 44 without a snapshot made before start (start refuses that):
+    the copy edited to ignore exit 42, the JobSet deleted so that Trainer builds it again from
+    the copy, the copy put back. The copy is then what start checked, but the JobSet ignores
+    a failure the runtime never allowed to be ignored (start recorded that it allows none)."""
+    started = step("start", *start_args(namespace, torch_runtime, "blind"))
+    assert started.code == 0, started.error
+    name = started.result["name"]
+    target = ["--namespace", namespace, "--name", name]
+    custom = client.CustomObjectsApi(api_client)
+    trainjob = as_dict(custom.get_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name))
+    assert trainjob["metadata"]["annotations"][wire.RUNTIME_ALLOWS_ANNOTATION] == ""
+    snapshot = taken(api_client, namespace, name)
+    if snapshot is None:
+        pytest.skip("this Trainer builds from the runtime itself and takes no snapshot")
+    first = read_jobset(custom, namespace, name)["metadata"]["uid"]
+
+    original = snapshot["data"][wire.RUNTIME_SNAPSHOT_KEY]
+    edited = yaml.safe_load(original)
+    trainer = edited["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    ignore = {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [42]}}
+    trainer["podFailurePolicy"] = {"rules": [ignore]}
+    core = client.CoreV1Api(api_client)
+    body = {"data": {wire.RUNTIME_SNAPSHOT_KEY: yaml.safe_dump(edited)}}
+    core.patch_namespaced_config_map(snapshot_of(name), namespace, body)
+    custom.delete_namespaced_custom_object(
+        *JOBSET, namespace, "jobsets", name, propagation_policy="Background"
+    )
+
+    def rebuilt() -> dict[str, Any] | None:
+        try:
+            jobset = read_jobset(custom, namespace, name)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return None if jobset["metadata"]["uid"] == first else jobset
+
+    jobset = wait_until(rebuilt, what=f"Trainer to build JobSet {name} again", timeout=DEADLINE)
+    job = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert job["podFailurePolicy"]["rules"][0]["action"] == "Ignore", job
+    body = {"data": {wire.RUNTIME_SNAPSHOT_KEY: original}}
+    core.patch_namespaced_config_map(snapshot_of(name), namespace, body)
+
+    audited = run_stage(step, "audit", *target)
+    assert audited.code == 7, audited.error
+    assert (
+        f"JobSet {name} spec.replicatedJobs[0].template.spec.podFailurePolicy.rules[0].action: "
+        "must not be Ignore"
+    ) in audited.error
+    assert "changed since start checked it" not in audited.error, "the copy is as start saw it"

@@ -118,7 +118,7 @@ pod annotate member: change-a (running)
 pod ssa-force member: set-j (running)
     all, guard: refused keep-pod-identity; none: flagged
 pod delete member: delete (running)
-    every install: R up
+    all, guard: refused pod-delete; none: R up
 job patch member: scale-down-up (running)
     all, guard: refused job-spec; none: flagged
 job patch member: backoff-limit (suspended)
@@ -1356,7 +1356,10 @@ CELLS: Final = [
         "delete",
         "running",
         _delete_pod,
-        everywhere(RaisedR()),
+        # Without the guard the running pod's deletion is a failure the Job counts (backoffLimit
+        # 0): its Job fails, JobSet restarts it, and J rises. The guard refuses it anyway: a
+        # pod deleted after it ran leaves the audit no pod to compare a rerun with (issue 44).
+        guarded("pod-delete", none=RaisedR()),
         then=_gone_or_rerun,
     ),
     # The child Jobs' spec: how many ranks run, and whether a failed one is made again.

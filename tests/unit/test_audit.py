@@ -23,6 +23,7 @@ from dispatch_k8s.core.rules.audit import (
     decide_annotations,
     with_annotations,
 )
+from dispatch_k8s.core.rules.shapes import shown
 from dispatch_k8s.core.rules.snapshot import Snapshot
 from dispatch_k8s.core.rules.trainjob import runtime_seen
 from dispatch_k8s.core.rules.wire import (
@@ -34,6 +35,7 @@ from dispatch_k8s.core.rules.wire import (
     HIGHEST_RESTART_ANNOTATION,
     JOBSET_UID_ANNOTATION,
     LAST_EXECUTION_ANNOTATION,
+    RUNTIME_ALLOWS_ANNOTATION,
 )
 from tests.unit.audit_factories import (
     NAME,
@@ -45,6 +47,7 @@ from tests.unit.audit_factories import (
     pod_dict,
     trainjob_dict,
 )
+from tests.unit.factories import replicated_job_dict
 
 PATCH_A = (
     f"TrainJob {NAME} spec.runtimePatches[1].trainingRuntimeSpec.template.spec.replicatedJobs[0]"
@@ -677,6 +680,79 @@ def test_the_live_jobset_is_checked_against_the_rules_no_annotation_waives() -> 
     assert findings[0].reason.startswith(
         f"JobSet {NAME} spec.ttlSecondsAfterFinished: must be unset"
     )
+
+
+IGNORE_42: Final = {
+    "rules": [{"action": "Ignore", "onExitCodes": {"operator": "In", "values": [42]}}]
+}
+IGNORED = (
+    "podFailurePolicy.rules[0].action: must not be Ignore: the failure is not counted and the "
+    "pod is replaced, moving neither A nor J (allowed by dispatch.phpboyscout.uk/allow-restarts: "
+    "pod-failure-ignore)"
+)
+
+
+def ignoring_jobset() -> dict[str, Any]:
+    """A live JobSet whose trainer job ignores exit 42: the p-blind case of issue 44."""
+    jobset = jobset_dict()
+    trainer = replicated_job_dict(job_fields={"podFailurePolicy": IGNORE_42})
+    jobset["spec"] = {"replicatedJobs": [trainer]}
+    return jobset
+
+
+def ignoring_child_job() -> dict[str, Any]:
+    """The trainer child Job JobSet made from that template."""
+    job = ignoring_jobset()["spec"]["replicatedJobs"][0]["template"]
+    labels = {**job["metadata"]["labels"], "jobset.sigs.k8s.io/replicatedjob-name": "node"}
+    meta = {"name": f"{NAME}-node-0", "labels": labels, "ownerReferences": []}
+    return {"metadata": meta, "spec": job["spec"]}
+
+
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [
+        (
+            "",
+            [
+                f"JobSet {NAME} spec.replicatedJobs[0].template.spec.{IGNORED}",
+                f"Job {NAME}-node-0 spec.{IGNORED}",
+            ],
+        ),
+        (
+            "sidecars,torchrun",
+            [
+                f"JobSet {NAME} spec.replicatedJobs[0].template.spec.{IGNORED}",
+                f"Job {NAME}-node-0 spec.{IGNORED}",
+            ],
+        ),
+        ("pod-failure-ignore", []),
+        ("sidecars, pod-failure-ignore", []),
+        (None, []),  # started before the record: every mechanism, as before
+    ],
+    ids=["none-allowed", "others-allowed", "allowed", "allowed-among-others", "no-record"],
+)
+def test_the_live_jobset_and_jobs_are_judged_by_the_opt_ins_start_recorded(
+    record: str | None, expected: list[str]
+) -> None:
+    job = trainjob_dict(jobset_uid=UID)
+    if record is not None:
+        job["metadata"]["annotations"][RUNTIME_ALLOWS_ANNOTATION] = record
+    findings, _ = decide_audit(job, ignoring_jobset(), pods=(), jobs=[ignoring_child_job()])
+    assert reasons(findings) == expected
+    assert {finding.kind for finding in findings} <= {FindingKind.JOBSET_SPEC}
+
+
+@pytest.mark.parametrize("record", ["every", "pod-failure-ignore,restart", 5], ids=str)
+def test_a_record_of_opt_ins_no_start_writes_is_a_finding_and_allows_none(record: Any) -> None:
+    job = trainjob_dict(jobset_uid=UID)
+    job["metadata"]["annotations"][RUNTIME_ALLOWS_ANNOTATION] = record
+    findings, _ = decide_audit(job, ignoring_jobset(), pods=())
+    assert kinds(findings) == [FindingKind.RUNTIME_CHANGED, FindingKind.JOBSET_SPEC]
+    assert reasons(findings)[0].startswith(
+        f"TrainJob {NAME} annotation {RUNTIME_ALLOWS_ANNOTATION} is {shown(record)}, not "
+        "mechanisms from sidecars, container-restart, pod-failure-ignore, restart-job, torchrun"
+    )
+    assert reasons(findings)[1].endswith(IGNORED)
 
 
 def test_a_runtime_changed_or_gone_since_start_is_a_finding() -> None:

@@ -10,12 +10,14 @@ from hypothesis import strategies as st
 
 from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.rules.decisions import Refusal, ResourceVersion
+from dispatch_k8s.core.rules.request import StartRequest
 from dispatch_k8s.core.rules.trainjob import (
     OLDEST_TRAINER,
     Draining,
     ForeignFlag,
     Raise,
     admission_in_patch,
+    build_trainjob,
     decide_patch_stored,
     decide_raise,
     finished_reason,
@@ -27,6 +29,7 @@ from dispatch_k8s.core.rules.trainjob import (
     with_hold,
 )
 from tests.unit.audit_factories import UID, jobset_dict, trainjob_dict
+from tests.unit.factories import runtime_dict
 
 
 def suspended(**overrides: Any) -> dict[str, Any]:
@@ -240,3 +243,47 @@ def test_a_trainjob_stored_without_our_patch_names_the_oldest_trainer() -> None:
     assert refusal is not None
     assert "Trainer before v2.2, with podTemplateOverrides" in refusal.reason
     assert f"dispatch-k8s needs Trainer {OLDEST_TRAINER} or later" in refusal.reason
+
+
+@pytest.mark.parametrize(
+    ("annotations", "recorded"),
+    [
+        ({}, ""),
+        (
+            {wire.ALLOW_RESTARTS_ANNOTATION: "torchrun, pod-failure-ignore"},
+            "pod-failure-ignore,torchrun",
+        ),
+        (
+            {wire.ALLOW_RANK_RESTART_ANNOTATION: "true"},
+            "sidecars,container-restart,pod-failure-ignore,restart-job,torchrun",
+        ),
+    ],
+    ids=["none", "listed", "allow-rank-restart"],
+)
+def test_start_records_the_restart_mechanisms_the_runtime_allows(
+    annotations: dict[str, str], recorded: str
+) -> None:
+    runtime = runtime_dict()
+    runtime["metadata"] |= {"uid": "rt-uid", "generation": 2, "annotations": annotations}
+    request = StartRequest.model_validate(
+        {
+            "job_id": "train",
+            "generation": 1,
+            "submission": 1,
+            "attempt": 1,
+            "image": "registry.example/trainer:1",
+            "command": ["python"],
+            "runtime_name": "test-runtime",
+            "namespace": "team-a",
+        }
+    )
+    built = build_trainjob(request, trainer_job="node", runtime=runtime)
+    assert built["metadata"]["annotations"][wire.RUNTIME_ALLOWS_ANNOTATION] == recorded
+    # Not part of what was asked for: the same request is the same whatever the runtime allows.
+    assert request_digest_of(built) == request_digest_of(
+        build_trainjob(request, trainer_job="node")
+    )
+
+
+def request_digest_of(trainjob: dict[str, Any]) -> str:
+    return str(trainjob["metadata"]["annotations"][wire.REQUEST_DIGEST_ANNOTATION])

@@ -24,6 +24,7 @@ from dispatch_k8s.core.rules.wire import (
     REPLICATED_JOB_NAME_KEY,
     RESERVED_ENV_PREFIX,
     RESTART_ATTEMPT_KEY,
+    RUNTIME_ALLOWS_ANNOTATION,
     RUNTIME_SEEN_ANNOTATION,
     RUNTIME_SNAPSHOT_KEY,
     TRAINER_CONTAINER,
@@ -163,14 +164,39 @@ def trainer_jobs_of(
     )
 
 
-def check_child_job(job: Mapping[str, Any]) -> Iterator[Finding]:
-    """The rules no annotation waives, applied to a trainer child Job as it is now."""
+def check_child_job(job: Mapping[str, Any], allowed: frozenset[str]) -> Iterator[Finding]:
+    """The runtime rules applied to a trainer child Job as it is now, `allowed` waived."""
     meta = shapes.mapping(job.get("metadata"))
     if shapes.mapping(meta.get("labels")).get(ANCESTOR_LABEL) != ANCESTOR_TRAINER:
         return  # initializers and MPI workers: the rules check the trainer job's
     name = shapes.word(meta.get("name"))
-    for violation in runtime.decide_unwaivable_in_trainer_job(job):
+    for violation in runtime.decide_violations_in_trainer_job(job, allowed=allowed):
         yield Finding(kind=FindingKind.JOBSET_SPEC, reason=f"Job {name} {violation}")
+
+
+_UNRECORDED: Final = object()  # no record: told apart from any value an annotation can hold
+
+
+def allowed_at_start(trainjob: Mapping[str, Any], name: str) -> frozenset[str] | Finding:
+    """The restart mechanisms the runtime allowed when start checked it, as start recorded them.
+
+    A job started before the record is judged as before, against every mechanism: what its
+    runtime allowed then is known nowhere. A record no start writes allows none, and is a finding.
+    """
+    recorded = shapes.annotations_of(trainjob).get(RUNTIME_ALLOWS_ANNOTATION, _UNRECORDED)
+    if recorded is _UNRECORDED:
+        return frozenset(runtime.MECHANISMS)
+    allowed = runtime.parse_allowed(recorded) if isinstance(recorded, str) else None
+    if allowed is not None:
+        return allowed
+    return Finding(
+        kind=FindingKind.RUNTIME_CHANGED,
+        reason=(
+            f"TrainJob {name} annotation {RUNTIME_ALLOWS_ANNOTATION} is {shapes.shown(recorded)}, "
+            f"not mechanisms from {', '.join(runtime.MECHANISMS)}: what the runtime allowed at "
+            "start cannot be read, so the JobSet and its Jobs are judged as allowing none"
+        ),
+    )
 
 
 # What only JobSet may set in a child Job's spec (pipelines/policies/guard-path.yaml refuses
@@ -263,13 +289,17 @@ def check_child_job_spec(
         )
 
 
-def check_jobset_spec(jobset: Mapping[str, Any]) -> Iterator[Finding]:
-    """The runtime rules no annotation waives, applied to the live JobSet.
+def check_jobset_spec(jobset: Mapping[str, Any], allowed: frozenset[str]) -> Iterator[Finding]:
+    """The runtime rules applied to the live JobSet, the mechanisms in `allowed` waived.
 
-    The runtime may have been edited after start, or the JobSet by hand.
+    The runtime may have been edited after start, or the JobSet by hand (or rebuilt by Trainer
+    from an edited copy of the runtime).
     """
     name = shapes.word(shapes.mapping(jobset.get("metadata")).get("name"))
-    for violation in runtime.decide_unwaivable_in_jobset(jobset.get("spec"), path="spec"):
+    violations = runtime.decide_violations_in_jobset(
+        jobset.get("spec"), path="spec", allowed=allowed
+    )
+    for violation in violations:
         yield Finding(kind=FindingKind.JOBSET_SPEC, reason=f"JobSet {name} {violation}")
 
 

@@ -7,6 +7,7 @@ from typing import Any, Final
 
 from dispatch_k8s.core.rules import ownership, shapes
 from dispatch_k8s.core.rules.audit.checks import (
+    allowed_at_start,
     check_admission,
     check_child_job,
     check_child_job_spec,
@@ -72,15 +73,19 @@ class JobAudit:
         self._seen_uids: set[str] = set()  # one finding per foreign UID, however many pods
         if not isinstance(runtime_now, Unread):
             self.findings.extend(check_runtime(trainjob, runtime_now))
+        allowed = allowed_at_start(trainjob, self.name)
+        if isinstance(allowed, Finding):
+            self.findings.append(allowed)
+            allowed = frozenset()
         self.restarts = Restarts()
         if jobset is not None:
             self._check_uid(shapes.mapping(jobset.get("metadata")).get("uid"))
             self.restarts.see(shapes.mapping(jobset.get("status")).get("restarts"))
-            self.findings.extend(check_jobset_spec(jobset))
+            self.findings.extend(check_jobset_spec(jobset, allowed))
         self._jobset = jobset
         self._jobs = ChildJobs(jobset)
         for job in jobs:
-            self.findings.extend(check_child_job(job))
+            self.findings.extend(check_child_job(job, allowed))
             self.findings.extend(check_child_job_spec(job, jobset))
             self.findings.extend(self._jobs.see(job))
         self.lineage = ownership.lineage_of(trainjob, jobset).with_jobs(self._jobs.all())

@@ -57,7 +57,9 @@ class ControllerSettings(ClusterSettings):
             "per reservation, then approve it. --no-gate is policy mode (docs/install.md: "
             "Kueue: policy mode or check mode): no ClusterQueue lists the check, the "
             "MutatingAdmissionPolicy raise-on-open raises A in Kueue's own opening, and the "
-            "controller runs the auditor only; needs --audit.",
+            "controller runs the auditor only, which then also tells each raise it sees "
+            "(AdmissionRaised) and deactivates the Workload of a TrainJob flagged foreign "
+            "(needs update on workloads); needs --audit.",
             default="on",
         ),
     ] = True

@@ -35,6 +35,7 @@ HEADER: Final = "# Generated from config/ by scripts/render-dist: do not edit (R
 Choice = tuple[str, str, str]
 CHOICES: Final[dict[str, Choice]] = {
     "kueue.yaml": (".Values.kueue.enabled", "kueue", "plain"),
+    "policy-mode.yaml": ('include "dispatch-k8s.policyMode" .', "kueue-policy", "kueue"),
     "raise-on-open.yaml": (
         'include "dispatch-k8s.mutatingPolicy" .',
         "kueue",

@@ -15,6 +15,11 @@ with the one it kept: a record that bounds R moved back is flagged and put back
 
 Level-triggered like the gate: every resync queues every managed TrainJob again, and each
 list (at start, and after a watch that cannot go on) whatever changed or went since the last.
+
+In policy mode (--no-gate) no controller makes the raises (the API server does, as Kueue opens
+the job), so the auditor tells each raise its watch sees (AdmissionRaised), and deactivates
+the Workload of a suspended TrainJob flagged foreign, whose every opening the guard refuses
+(open-while-foreign): Kueue would otherwise reserve quota for it again and again.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -32,7 +38,7 @@ from dispatch_k8s.controller import serve, store, streams
 from dispatch_k8s.controller.queue import RETRY, Again, WorkQueue
 from dispatch_k8s.controller.settings import ControllerSettings
 from dispatch_k8s.controller.store import Key, own_key
-from dispatch_k8s.core.rules import erasure, ledger, shapes, wire
+from dispatch_k8s.core.rules import erasure, events, ledger, shapes, trainjob, wire, workload
 from dispatch_k8s.core.rules.erasure import Erasure
 from dispatch_k8s.core.rules.errors import DispatchError, NotFound, PreconditionFailed, Transient
 from dispatch_k8s.core.rules.snapshot import Snapshot
@@ -103,6 +109,9 @@ class Auditor:
         # with their namespace, so one found is kept; one not found is looked for again.
         self._ledger: dict[tuple[str, str], dict[str, Any]] = {}
         self._workers: list[threading.Thread] = []
+        self._policy_mode = not settings.gate
+        # The raises' Events, posted off the watch thread (best effort, as every Event).
+        self._events = ThreadPoolExecutor(max_workers=1, thread_name_prefix="audit events")
 
     def start(self) -> None:
         """Start a watch per collection and namespace, and the workers."""
@@ -125,6 +134,7 @@ class Auditor:
         self.queue.close()
         for thread in self._workers:
             thread.join(timeout)
+        self._events.shutdown(wait=True)
 
     # Watches
 
@@ -208,6 +218,33 @@ class Auditor:
         if stream is not TRAINJOBS or before is None or key is None:
             return
         self._note(key, erasure.decide_erasures(before, obj), earlier=False)
+        if self._policy_mode:
+            self._tell_raise(key, before, obj)
+
+    def _tell_raise(self, key: Key, before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
+        """Policy mode: an AdmissionRaised Event for a raise of A between two versions told.
+
+        Named for the TrainJob's UID and the new A, so a raise is told once whichever replica
+        or list sees it. J is the JobSet's as the store holds it: the next execution's.
+        """
+        admission = trainjob.raise_seen(before, after)
+        if admission is None:
+            return
+        restart = trainjob.restart_count(self.store.view(key).jobset)
+        message = events.raise_message(
+            admission=admission, restart=restart if isinstance(restart, int) else 0
+        )
+        name = events.raise_event_name(key[1], f"{after['metadata'].get('uid')} A={admission}")
+        serve.RAISES.inc()
+        self._events.submit(
+            self._gateway.emit_event,
+            after,
+            event_type="Normal",
+            reason=events.RAISED,
+            message=message,
+            step=COMPONENT,
+            name=name,
+        )
 
     def _note(self, key: Key, erasures: Erasures, *, earlier: bool) -> None:
         """Note erasures of the TrainJob, made after (or, `earlier`, before) those noted."""
@@ -302,6 +339,8 @@ class Auditor:
         log = logger.bind(trainjob=name, namespace=namespace)
         try:
             outcome = self._pass(key)
+            if self._policy_mode:
+                self._deactivate_if_foreign(key, log)
         except PreconditionFailed as e:  # changed since it was read: the next pass reads afresh
             serve.AUDITS.labels("conflict").inc()
             log.bind(reason=str(e)).info("changed meanwhile: audit again")
@@ -321,6 +360,42 @@ class Auditor:
             return None
         self._tell(key, outcome, since, log)
         return None
+
+    def _deactivate_if_foreign(self, key: Key, log: Any) -> None:
+        """Policy mode: deactivate the Workload of a suspended TrainJob flagged foreign.
+
+        As Kueue deactivates one whose check the gate set Rejected: quota released, none
+        reserved again until a person clears the flag and sets spec.active true. The flag is
+        read afresh (a person may have cleared it since the watch told), and the write is
+        preconditioned on the Workload as listed.
+        """
+        namespace, name = key
+        cached = self.store.view(key).trainjob
+        if cached is None or trainjob.foreign_and_suspended(cached) is None:
+            return
+        job = self._gateway.read_trainjob(namespace, name)
+        flag = trainjob.foreign_and_suspended(job)
+        if flag is None:
+            return
+        selector = f"{wire.KUEUE_JOB_UID_LABEL}={job['metadata']['uid']}"
+        for found in self._gateway.list_workloads(namespace, selector):
+            body = workload.build_deactivation(found, reason=flag.reason)
+            if body is None:
+                continue
+            self._gateway.update_workload(body, found["metadata"]["resourceVersion"])
+            serve.REFUSALS.labels("foreign").inc()
+            log.bind(workload=found["metadata"]["name"]).warning(
+                "deactivated the Workload of a TrainJob flagged foreign"
+            )
+            for subject, involved in ((found, events.WORKLOAD), (job, events.TRAINJOB)):
+                self._gateway.emit_event(
+                    subject,
+                    event_type="Warning",
+                    reason=events.REFUSED,
+                    message=f"Workload {found['metadata']['name']} deactivated: {flag.reason}",
+                    step=COMPONENT,
+                    involved=involved,
+                )
 
     def _pass(self, key: Key) -> AuditOutcome:
         """One pass with the erasures noted so far; those it did not write are noted again."""

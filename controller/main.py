@@ -7,7 +7,8 @@ gates each as its watch last told it (controller/reconcile.py). Only the replica
 the Lease lists, watches and writes; once its Lease is not renewed within the renew deadline
 it sends no more writes and exits (75), and its Deployment starts it again as a standby.
 With --audit (the default) the leader also runs the auditor (controller/auditor.py): every
-managed TrainJob audited as it, its JobSet, Jobs or pods change.
+managed TrainJob audited as it, its JobSet, Jobs or pods change. With --no-gate (policy mode:
+the API server raises A in Kueue's own opening) it runs the auditor only.
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ class Leading:
         """Start the watches and the workers (and the auditor's)."""
         if self.auditor is not None:
             self.auditor.start()
+        if not self._settings.gate:  # policy mode: no check to gate, the auditor only
+            return
         self._spawn("checks", self._watch_checks)
         scopes: list[str | None] = [*self._settings.namespaces] or [None]
         for namespace in scopes:
@@ -316,7 +319,7 @@ def _configured_run() -> int:
 
 ABOUT = (
     f"Kueue admission-check controller for controllerName {workload.CHECK_MANAGER}: raises A once\n"
-    "per reservation, then approves it; audits every managed TrainJob as it changes (--audit)."
+    "per reservation, then approves it; audits every managed TrainJob (--no-gate: only audits)."
 )
 EXAMPLE = f"""\
 {PROG} --lease-namespace dispatch-system --address 0.0.0.0:8080 --workers 8

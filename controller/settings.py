@@ -50,6 +50,19 @@ class ControllerSettings(ClusterSettings):
             metavar="SECONDS",
         ),
     ] = 60.0
+    gate: Annotated[
+        bool,
+        doc(
+            "Gate the Workloads of this project's AdmissionChecks (check mode): raise A once "
+            "per reservation, then approve it. --no-gate is policy mode (docs/install.md: "
+            "Kueue: policy mode or check mode): no ClusterQueue lists the check, the "
+            "MutatingAdmissionPolicy raise-on-open raises A in Kueue's own opening, and the "
+            "controller runs the auditor only, which then also tells each raise it sees "
+            "(AdmissionRaised) and deactivates the Workload of a TrainJob flagged foreign "
+            "(needs update on workloads); needs --audit.",
+            default="on",
+        ),
+    ] = True
     audit: Annotated[
         bool,
         doc(
@@ -164,6 +177,13 @@ class ControllerSettings(ClusterSettings):
             metavar="SECONDS",
         ),
     ] = 15
+
+    @model_validator(mode="after")
+    def _does_something(self) -> ControllerSettings:
+        """Policy mode is the auditor: a controller that neither gates nor audits does nothing."""
+        if not self.gate and not self.audit:
+            raise ValueError("--no-gate needs --audit: policy mode runs the auditor only")
+        return self
 
     @model_validator(mode="wrap")
     @classmethod

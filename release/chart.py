@@ -33,6 +33,7 @@ HEADER: Final = "# Generated from config/ by scripts/render-dist: do not edit (R
 Choice = tuple[str, str, str]
 CHOICES: Final[dict[str, Choice]] = {
     "kueue.yaml": (".Values.kueue.enabled", "kueue", "plain"),
+    "policy-mode.yaml": ('include "dispatch-k8s.policyMode" .', "kueue-policy", "kueue"),
     "raise-on-open.yaml": (
         'include "dispatch-k8s.mutatingPolicy" .',
         "kueue",
@@ -58,6 +59,7 @@ LABELS: Final = "__DISPATCH_LABELS__"
 POD_LABELS: Final = "__DISPATCH_POD_LABELS__"
 EXTRA_ARGS: Final = "__DISPATCH_EXTRA_ARGS__"
 EXTRA_ENV: Final = "__DISPATCH_EXTRA_ENV__"
+GATE: Final = "__DISPATCH_GATE__"
 # Keys written only when their value is set: sentinel -> (the key, the value, a scalar).
 OPTIONAL: Final = {
     "__DISPATCH_POD_ANNOTATIONS__": ("annotations", ".Values.podAnnotations", False),
@@ -92,6 +94,8 @@ CONFIG_LAYOUT: Final = [
 WHEN: Final = {
     "Namespace": ".Values.createNamespace",
     "PodDisruptionBudget": 'include "dispatch-k8s.disruptionBudget" .',
+    # Policy mode has no AdmissionCheck (config/components/policy-mode).
+    "AdmissionCheck": 'not (include "dispatch-k8s.policyMode" .)',
 }
 # The path guard's parameters (pipelines/policies/controllers.yaml): who each controller is.
 CONTROLLERS: Final = ("v1", "ConfigMap", "dispatch-system", "dispatch-k8s-controllers")
@@ -158,6 +162,15 @@ no. */}}
 {{- end }}
 {{- end }}
 
+{{/* Whether Kueue runs in policy mode (config/kueue-policy): kueue.mode policy, or auto and the
+MutatingAdmissionPolicy goes in; else check mode (config/kueue). Empty for no. */}}
+{{- define "dispatch-k8s.policyMode" -}}
+{{- $mode := .Values.kueue.mode }}
+{{- $auto := and (eq $mode "auto") (include "dispatch-k8s.mutatingPolicy" .) }}
+{{- if and .Values.kueue.enabled (or (eq $mode "policy") $auto) }}true
+{{- end }}
+{{- end }}
+
 {{/* Whether the controller has a PodDisruptionBudget: asked for (true), or auto and more
 than one replica (at one, minAvailable 1 would block every drain). Empty for no. */}}
 {{- define "dispatch-k8s.disruptionBudget" -}}
@@ -173,10 +186,19 @@ MONITORING_NEEDS_KUEUE: Final = """\
 {{- fail "monitoring.enabled needs kueue.enabled: the metrics are the controller's" }}
 {{- end }}
 """
+# Policy mode is the raise on open: without the MutatingAdmissionPolicy no admission raises A.
+POLICY_MODE_NEEDS_MAP: Final = """\
+{{- if include "dispatch-k8s.policyMode" . }}
+{{- if not (include "dispatch-k8s.mutatingPolicy" .) }}
+{{- fail "kueue.mode=policy needs the MutatingAdmissionPolicy (policies: all, or auto on 1.36+)" }}
+{{- end }}
+{{- end }}
+"""
 
 VALUES: Final = """\
 # dispatch-k8s's chart: the objects of config/'s overlays (README, Install), chosen by these
-# values. The defaults install what config/kueue (dist/install-kueue.yaml) does, in the
+# values. The defaults install what config/kueue-policy (dist/install-kueue-policy.yaml) does
+# where the API server serves MutatingAdmissionPolicy, else config/policies-guard-only, in the
 # release's namespace.
 # Generated from config/ by scripts/render-dist: do not edit; set values with --set or -f.
 
@@ -221,12 +243,18 @@ priorityClassName: ""
 podAnnotations: {{}}
 podLabels: {{}}
 
-# Kueue mode: the AdmissionCheck and the controller that gates its Workloads (config/kueue).
+# Kueue mode: the controller, and in check mode the AdmissionCheck it gates (config/kueue).
 # false is plain mode, neither (config/plain, dist/install.yaml).
 kueue:
   enabled: true
-  # The AdmissionCheck's name, as your ClusterQueues list it; also the default check of the
-  # Argo and Tekton steps.
+  # policy: no AdmissionCheck; the MutatingAdmissionPolicy raises A in Kueue's own opening,
+  # at plain Kueue's cost, and the controller only audits (config/kueue-policy, Kubernetes
+  # 1.36+). check: every admission waits for the AdmissionCheck, which the controller gates
+  # (2.3-2.9x plain Kueue's time to admit; any Kubernetes from 1.30). auto: policy where the
+  # MutatingAdmissionPolicy goes in (policies above), else check (docs/install.md).
+  mode: auto
+  # The AdmissionCheck's name, as your ClusterQueues list it in check mode; also the default
+  # check of the Argo and Tekton steps.
   admissionCheck: {check}
 
 # The controller's Deployment (pipelines/controller/20-deployment.yaml).
@@ -292,8 +320,12 @@ release {{ .Release.Name }} in {{ .Release.Namespace }}.
 - The guard-only policies: this API server does not serve MutatingAdmissionPolicy
   (admissionregistration.k8s.io/v1, Kubernetes 1.36), or policies=guard-only was set.
 {{- end }}
-{{- if .Values.kueue.enabled }}
-- Kueue mode: the AdmissionCheck {{ .Values.kueue.admissionCheck }}, and its controller
+{{- if include "dispatch-k8s.policyMode" . }}
+- Kueue's policy mode: no AdmissionCheck (the MutatingAdmissionPolicy raises A as Kueue
+  opens a TrainJob), and the controller as the auditor only (the Deployment
+  dispatch-admission-controller in {{ $namespace }}, replicas: {{ .Values.controller.replicas }}).
+{{- else if .Values.kueue.enabled }}
+- Kueue's check mode: the AdmissionCheck {{ .Values.kueue.admissionCheck }}, and its controller
   (the Deployment dispatch-admission-controller in {{ $namespace }},
   replicas: {{ .Values.controller.replicas }}).
 {{- else }}
@@ -302,7 +334,9 @@ release {{ .Release.Name }} in {{ .Release.Namespace }}.
 
 Check the install through the steps' ServiceAccount (a dry-run audit, read only):
   helm test {{ .Release.Name }} -n {{ .Release.Namespace }}
-{{- if .Values.kueue.enabled }}
+{{- if include "dispatch-k8s.policyMode" . }}
+Your ClusterQueues list no dispatch AdmissionCheck in this mode.
+{{- else if .Values.kueue.enabled }}
 Then list the AdmissionCheck in your ClusterQueues' spec.admissionChecks, and see it Active:
   kubectl get admissioncheck {{ .Values.kueue.admissionCheck }}
 {{- end }}
@@ -435,6 +469,7 @@ def schema(identities: Sequence[str]) -> dict[str, Any]:
                 "kueue": closed(
                     {
                         "enabled": {"type": "boolean"},
+                        "mode": {"enum": ["auto", "policy", "check"]},
                         "admissionCheck": {"type": "string", "minLength": 1},
                     }
                 ),
@@ -501,7 +536,7 @@ def _controller_with_sentinels(deployment: Manifest) -> Manifest:
     optional = {v[0]: k for k, v in OPTIONAL.items()}
     container = {
         **container,
-        "args": [*container["args"], NAMESPACES, ON_REFUSAL, LOG_LEVEL, EXTRA_ARGS],
+        "args": [*container["args"], GATE, NAMESPACES, ON_REFUSAL, LOG_LEVEL, EXTRA_ARGS],
         "env": [*container["env"], EXTRA_ENV],
         "resources": RESOURCES,
         optional["imagePullPolicy"]: "",
@@ -623,6 +658,14 @@ def _template_text(objects: Sequence[Manifest]) -> str:
             ),
         ),
         (
+            rf"(?m)^( *)- {GATE}\n",
+            lambda m: (
+                '{{- if include "dispatch-k8s.policyMode" . }}\n'
+                f"{m[1]}- --no-gate\n"
+                "{{- end }}\n"
+            ),
+        ),
+        (
             rf"(?m)^( *)- {NAMESPACES}\n",
             lambda m: (
                 "{{- with .Values.controller.namespaces }}\n"
@@ -666,6 +709,7 @@ def _template_text(objects: Sequence[Manifest]) -> str:
             POD_LABELS,
             EXTRA_ARGS,
             EXTRA_ENV,
+            GATE,
             *OPTIONAL,
         )
         if s in text
@@ -688,8 +732,10 @@ def files(*, kustomize: Path) -> dict[str, str]:
     for name, (_, with_them, without) in CHOICES.items():
         chosen[name] = [k for k in renders[with_them] if k not in renders[without]]
     union: dict[Key, Manifest] = {}
-    for render in renders.values():
+    for overlay, render in renders.items():
         for k, o in render.items():
+            if overlay == "kueue-policy" and k[1] == "Deployment":
+                continue  # check mode's, but --no-gate: the GATE sentinel's choice
             # An object the overlays share must be the same in each, or no one file can hold it.
             assert union.setdefault(k, o) == o, f"{k} differs between the overlays"
     in_a_choice = [k for keys in chosen.values() for k in keys]
@@ -727,6 +773,7 @@ def files(*, kustomize: Path) -> dict[str, str]:
         **{
             f"templates/{name}": HEADER
             + (MONITORING_NEEDS_KUEUE if name == "monitoring.yaml" else "")
+            + (POLICY_MODE_NEEDS_MAP if name == "kueue.yaml" else "")
             + _conditional(CHOICES[name][0], text(keys))
             for name, keys in chosen.items()
         },

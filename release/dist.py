@@ -24,6 +24,7 @@ DIST: Final = REPO / "dist"
 BUNDLES: Final = {
     "install.yaml": "plain",
     "install-kueue.yaml": "kueue",
+    "install-kueue-policy.yaml": "kueue-policy",
     "install-guard-only.yaml": "plain-guard-only",
 }
 # The kinds the bundles hold with no namespace.
@@ -44,6 +45,7 @@ OVERLAYS: Final = (
     "default",
     "plain",
     "kueue",
+    "kueue-policy",
     "policies-guard-only",
     "plain-guard-only",
     "monitoring",

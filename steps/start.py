@@ -50,9 +50,14 @@ def _trainer_job(request: StartRequest, runtime_object: Mapping[str, Any]) -> st
     return name
 
 
-def _check_queued(request: StartRequest, runtime_object: Mapping[str, Any]) -> None:
-    """Kueue mode: the pods must request a resource, or no admission check ever applies."""
-    if request.queue is None:
+def _check_queued(
+    request: StartRequest, runtime_object: Mapping[str, Any], *, kueue_mode: str
+) -> None:
+    """Check mode: the pods must request a resource, or no admission check ever applies.
+
+    In policy mode the API server raises A in Kueue's opening, whatever Kueue assigned.
+    """
+    if request.queue is None or kueue_mode == "policy":
         return
     if runtime.requested_resources(runtime_object, request.resources_per_node):
         return
@@ -60,7 +65,8 @@ def _check_queued(request: StartRequest, runtime_object: Mapping[str, Any]) -> N
         f"queue {request.queue}: the TrainJob's pods would request no resource, so Kueue would "
         "assign them no flavor and admit them without any admission check, and A would never "
         "be raised: give resources_per_node requests (--resources-per-node "
-        '\'{"requests":{"cpu":"1"}}\') or requests in the runtime\'s trainer container'
+        '\'{"requests":{"cpu":"1"}}\') or requests in the runtime\'s trainer container, or '
+        "install Kueue's policy mode and start with --kueue-mode policy"
     )
 
 
@@ -139,14 +145,14 @@ def run(settings: StartSettings) -> runner.Result:
     """
     if settings.dry_run == "client":
         request, runtime_object = _runtime_from_file(settings)
-        _check_queued(request, runtime_object)
+        _check_queued(request, runtime_object, kueue_mode=settings.kueue_mode)
         return trainjob.build_trainjob(request, trainer_job=_trainer_job(request, runtime_object))
     request = settings.start_request()
     gateway = runner.connect(settings)
     runtime_object = gateway.read_runtime(
         request.runtime_kind, request.runtime_name, request.namespace
     )
-    _check_queued(request, runtime_object)
+    _check_queued(request, runtime_object, kueue_mode=settings.kueue_mode)
     wanted = trainjob.build_trainjob(
         request, trainer_job=_trainer_job(request, runtime_object), runtime=runtime_object
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import ValidationError
 
@@ -60,6 +60,17 @@ class StartSettings(WritingSettings):
             default="none",
         ),
     ] = "none"
+    kueue_mode: Annotated[
+        Literal["check", "policy"],
+        doc(
+            "How the cluster's Kueue admissions raise A, with --queue (docs/install.md: Kueue: "
+            "policy mode or check mode). check: the dispatch AdmissionCheck gates each "
+            "admission, so a job whose pods request nothing is refused (Kueue would admit it "
+            "without the check). policy: the MutatingAdmissionPolicy raise-on-open raises A in "
+            "Kueue's opening whatever Kueue assigns, so such a job is started too.",
+            metavar="check|policy",
+        ),
+    ] = "check"
 
     job_id: Annotated[
         str | None,

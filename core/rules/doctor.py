@@ -128,7 +128,9 @@ def check_admission_apis(served: Iterable[str]) -> Check:
             name="admission-apis",
             status=PASS,
             found=f"{ADMISSION_GROUP_VERSION} serves ValidatingAdmissionPolicy and "
-            "MutatingAdmissionPolicy: every file of pipelines/policies/ applies",
+            "MutatingAdmissionPolicy: every file of pipelines/policies/ applies, and Kueue's "
+            "policy mode: install config/kueue-policy (dist/install-kueue-policy.yaml), or "
+            "config/kueue (check mode) to gate each admission with the AdmissionCheck",
         )
     if validating:
         return Check(
@@ -137,7 +139,8 @@ def check_admission_apis(served: Iterable[str]) -> Check:
             found=f"{ADMISSION_GROUP_VERSION} serves ValidatingAdmissionPolicy, not "
             "MutatingAdmissionPolicy (Kubernetes 1.30-1.35): the guard refuses an opening "
             "without a raise instead of raising it; raise-on-open.yaml does not apply",
-            fix="install every policy but raise-on-open.yaml (config/policies-guard-only)",
+            fix="install every policy but raise-on-open.yaml (config/policies-guard-only), "
+            "and for Kueue its check mode (config/kueue): policy mode needs the raise on open",
         )
     return Check(
         name="admission-apis",

@@ -278,6 +278,25 @@ def foreign_flag(trainjob: Mapping[str, Any]) -> ForeignFlag | None:
     )
 
 
+def foreign_and_suspended(trainjob: Mapping[str, Any]) -> ForeignFlag | None:
+    """The foreign flag of a suspended TrainJob: the guard refuses its every opening.
+
+    In policy mode Kueue would then reserve quota for it again and again (open-while-foreign);
+    a job running when flagged is left to run (the audit never stops one).
+    """
+    if shapes.at(trainjob, "spec").get("suspend") is not True:
+        return None
+    return foreign_flag(trainjob)
+
+
+def raise_seen(before: Mapping[str, Any], after: Mapping[str, Any]) -> int | None:
+    """The new A where `after` raised the floor over `before` (two versions a watch told)."""
+    old, new = admission_floor(before), admission_floor(after)
+    if isinstance(old, int) and isinstance(new, int) and new > old:
+        return new
+    return None
+
+
 def restart_count(jobset: Mapping[str, Any] | None) -> int | Refusal:
     """J of the JobSet (status.restarts); 0 before it exists, as a new JobSet starts."""
     value = shapes.at(jobset, "status").get("restarts", 0)

@@ -29,6 +29,8 @@ FOREIGN_ANNOTATION: Final = f"{DOMAIN}/foreign"
 # On the TrainJob: the findings behind the foreign flag, for the person who decides.
 FOREIGN_CAUSE_ANNOTATION: Final = f"{DOMAIN}/foreign-cause"
 FOREIGN: Final = "true"
+# On a Workload the auditor deactivated in policy mode: why (the TrainJob's foreign flag).
+DEACTIVATED_ANNOTATION: Final = f"{DOMAIN}/deactivated-because"
 # On the TrainJob: the identity of the start request, so a repeated start is recognised.
 JOB_ID_ANNOTATION: Final = f"{DOMAIN}/job-id"
 GENERATION_ANNOTATION: Final = f"{DOMAIN}/generation"

@@ -412,3 +412,24 @@ def build_check_state(
         },
         "status": {"admissionChecks": [entry]},
     }
+
+
+def build_deactivation(workload: Mapping[str, Any], *, reason: str) -> dict[str, Any] | None:
+    """The Workload with spec.active false and why in an annotation; None if already inactive.
+
+    What Kueue does to a Workload whose check is Rejected, for policy mode, where there is no
+    check: Kueue evicts it, releases its quota and reserves none again until it is active.
+    """
+    spec = shapes.at(workload, "spec")
+    if spec.get("active", True) is False:
+        return None
+    meta = workload["metadata"]
+    annotations = {
+        **shapes.annotations_of(workload),
+        wire.DEACTIVATED_ANNOTATION: reason[:MAX_CHECK_MESSAGE],
+    }
+    return {
+        **workload,
+        "metadata": {**meta, "annotations": annotations},
+        "spec": {**spec, "active": False},
+    }

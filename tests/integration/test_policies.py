@@ -108,6 +108,44 @@ def test_release_by_hand_is_refused_where_only_the_guard_is_installed(
     assert (released.code, released.result.get("admission")) == (0, 2), released.error
 
 
+FLAG: Final = {wire.FOREIGN_ANNOTATION: "true", wire.FOREIGN_CAUSE_ANNOTATION: "repeated-r (test)"}
+UNFLAG: Final = dict.fromkeys(FLAG)  # a merge patch's null removes each
+
+
+# With the raise on open the API server raises A in the opening first; the guard refuses it all
+# the same, so no opener (a person's kubectl patch here, Kueue in policy mode) gets past.
+@pytest.mark.parametrize(
+    "policies", ["all", pytest.param("guard", marks=pytest.mark.policies("guard"))]
+)
+def test_a_job_flagged_foreign_is_opened_by_no_one(
+    policies: str,
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    member: client.ApiClient,
+    custom: client.CustomObjectsApi,
+) -> None:
+    started = step("start", *start_args(namespace, torch_runtime, f"flagged-{policies}"))
+    assert started.code == 0, started.error
+    name = started.result["name"]
+    patch_trainjob(member, namespace, name, {"metadata": {"annotations": FLAG}})
+
+    said = refused_with("open-while-foreign", lambda: patch_trainjob(member, namespace, name, OPEN))
+    assert "repeated-r (test)" in said
+    both = {"metadata": {"annotations": UNFLAG}, **OPEN}
+    refused_with("open-while-foreign", lambda: patch_trainjob(member, namespace, name, both))
+    unsuspended = run_stage(step, "unsuspend", "--namespace", namespace, "--name", name)
+    assert unsuspended.code == 7, "the step refuses it too"
+    job = read_trainjob(custom, namespace, name)
+    assert job["spec"]["suspend"] is True
+    assert job["metadata"]["annotations"][wire.ADMISSION_FLOOR_ANNOTATION] == "0"
+
+    # A person looked, and cleared the flag: the job opens again, with a raise.
+    patch_trainjob(member, namespace, name, {"metadata": {"annotations": UNFLAG}})
+    released = run_stage(step, "unsuspend", "--namespace", namespace, "--name", name)
+    assert (released.code, released.result.get("admission")) == (0, 1), released.error
+
+
 @pytest.mark.policies("none")
 def test_release_by_hand_is_flagged_by_the_audit_where_no_policy_is_installed(
     step: Step,

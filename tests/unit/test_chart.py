@@ -21,16 +21,22 @@ from tests.support.shipped import REPO, default_image
 
 CONFIG_NAMESPACE: Final = "dispatch-system"  # the controller's namespace in config/
 # Values -> the overlay rendering the same choice.
+# kueue.mode auto is policy mode wherever the MutatingAdmissionPolicy goes in.
+CHECK: Final = "kueue.mode=check"
 OVERLAYS: Final = {
-    "defaults": ([], "kueue"),
+    "defaults": ([], "kueue-policy"),
+    "check": ([CHECK], "kueue"),
     "plain": (["kueue.enabled=false"], "plain"),
     "guard-only": (["policies=guard-only"], "policies-guard-only"),
-    "all-on-1.33": (["policies=all", "--kube-version=1.33.0"], "kueue"),
+    "all-on-1.33": (["policies=all", "--kube-version=1.33.0"], "kueue-policy"),
+    "all-check-on-1.33": ([CHECK, "policies=all", "--kube-version=1.33.0"], "kueue"),
     "auto-on-1.33": (["--kube-version=1.33.0"], "policies-guard-only"),
-    "auto-on-1.36": (["--kube-version=1.36.0"], "kueue"),
-    "monitoring": (["monitoring.enabled=true"], "monitoring"),
-    "argo": (["argo.enabled=true"], "argo"),
-    "tekton": (["tekton.enabled=true"], "tekton"),
+    "auto-on-1.36": (["--kube-version=1.36.0"], "kueue-policy"),
+    "policy-on-1.36": (["kueue.mode=policy", "--kube-version=1.36.0"], "kueue-policy"),
+    "check-on-1.36": ([CHECK, "--kube-version=1.36.0"], "kueue"),
+    "monitoring": ([CHECK, "monitoring.enabled=true"], "monitoring"),
+    "argo": ([CHECK, "argo.enabled=true"], "argo"),
+    "tekton": ([CHECK, "tekton.enabled=true"], "tekton"),
 }
 # The other values, all at once, and a user's overlay on config/kueue that says the same.
 NAMES: Final = [
@@ -40,6 +46,7 @@ NAMES: Final = [
 ]
 DIGEST: Final = "sha256:" + "0123456789abcdef" * 4
 VALUES: Final = [
+    CHECK,
     *NAMES,
     f"image.digest={DIGEST}",
     "image.pullPolicy=Always",
@@ -278,6 +285,11 @@ def test_the_disruption_budget_is_there_only_at_more_than_one_replica_or_when_as
     assert ("PodDisruptionBudget" in kinds) is budget
 
 
+def test_policy_mode_without_the_mutating_policy_fails_the_install(helm_home: Path) -> None:
+    with pytest.raises(RuntimeError, match=r"kueue\.mode=policy needs the MutatingAdmissionPolicy"):
+        chart.template(["kueue.mode=policy", "policies=guard-only"], home=helm_home)
+
+
 def test_the_helm_test_pod_runs_a_dry_run_audit_as_the_steps(helm_home: Path) -> None:
     values = ["steps.namespace=team-a"]
     objects = chart.by_key(tools.template(values, home=helm_home, with_tests=True))
@@ -310,7 +322,10 @@ def test_the_notes_say_what_was_installed_and_the_next_command(helm_home: Path) 
         )
         return out[out.index("NOTES:") :]
 
-    kueue = notes()
+    policy = notes()
+    assert "Kueue's policy mode" in policy
+    assert "admissioncheck" not in policy
+    kueue = notes("--set", CHECK)
     assert "release rel in team-a" in kueue
     assert "the AdmissionCheck dispatch-admission" in kueue
     assert "helm test rel -n team-a" in kueue

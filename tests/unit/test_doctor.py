@@ -38,12 +38,14 @@ def shipped_controllers() -> dict[str, Any]:
 
 def test_admission_apis_say_which_policy_files_apply() -> None:
     both = doctor.check_admission_apis(["validatingadmissionpolicies", "mutatingadmissionpolicies"])
-    assert both.status == doctor.PASS
+    assert (both.status, "config/kueue-policy" in both.found) == (doctor.PASS, True)
     guard_only = doctor.check_admission_apis(["validatingadmissionpolicies"])
     assert (guard_only.status, "raise-on-open.yaml does not apply" in guard_only.found) == (
         doctor.PASS,
         True,
     )
+    assert "config/kueue-policy" not in guard_only.found + (guard_only.fix or "")
+    assert "check mode (config/kueue)" in (guard_only.fix or "")
     assert doctor.check_admission_apis([]).status == doctor.FAIL
 
 

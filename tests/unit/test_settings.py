@@ -250,6 +250,14 @@ def test_the_controller_takes_no_n() -> None:
         load_settings(ControllerSettings, prog="p", argv=["-n", "team-a"])
 
 
+def test_policy_mode_is_the_controller_without_its_gate_and_needs_the_auditor() -> None:
+    assert load_settings(ControllerSettings, prog="p", argv=[]).gate is True
+    policy = load_settings(ControllerSettings, prog="p", argv=["--no-gate"])
+    assert (policy.gate, policy.audit) == (False, True)
+    with pytest.raises(BadInput, match="--no-gate needs --audit"):
+        load_settings(ControllerSettings, prog="p", argv=["--no-gate", "--no-audit"])
+
+
 # No input is read from a variable a training pod sees (issue 27): DISPATCH_ATTEMPT was start's.
 POD_ENV: Final = {value for name, value in vars(wire).items() if name.startswith("ENV_")}
 # Every model, the shell's and those beside their step or the controller, once each.

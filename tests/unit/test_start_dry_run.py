@@ -90,6 +90,23 @@ def test_queued_job_that_requests_nothing_is_refused(resources: str | None) -> N
     assert "--resources-per-node" in message
 
 
+def test_queued_job_that_requests_nothing_is_started_in_policy_mode() -> None:
+    trainjob = dry_run("--queue", "q", "--kueue-mode", "policy")
+    assert trainjob["metadata"]["labels"][wire.QUEUE_LABEL] == "q"
+    refused = start(
+        "--dry-run",
+        "--runtime-file",
+        str(TORCH_RUNTIME),
+        *REQUEST,
+        "--queue",
+        "q",
+        "--kueue-mode",
+        "check",
+    )
+    assert refused.returncode == 6
+    assert "--kueue-mode policy" in error_line(refused)["message"]
+
+
 def test_queued_job_may_request_through_limits_or_the_runtime(tmp_path: Path) -> None:
     dry_run("--queue", "q", "--resources-per-node", '{"limits":{"nvidia.com/gpu":"1"}}')
     runtime = tmp_path / "with-requests.yaml"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatch_k8s.core.rules import wire
+from dispatch_k8s.core.rules import trainjob, wire
 from dispatch_k8s.core.rules.decisions import Refusal, ResourceVersion
 from dispatch_k8s.core.rules.request import StartRequest
 from dispatch_k8s.core.rules.trainjob import (
@@ -287,3 +287,24 @@ def test_start_records_the_restart_mechanisms_the_runtime_allows(
 
 def request_digest_of(trainjob: dict[str, Any]) -> str:
     return str(trainjob["metadata"]["annotations"][wire.REQUEST_DIGEST_ANNOTATION])
+
+
+def _job(floor: str, *, suspend: bool = True, foreign: bool = False) -> dict[str, Any]:
+    annotations = {wire.ADMISSION_FLOOR_ANNOTATION: floor}
+    if foreign:
+        annotations[wire.FOREIGN_ANNOTATION] = wire.FOREIGN
+    return {"metadata": {"name": "j", "annotations": annotations}, "spec": {"suspend": suspend}}
+
+
+def test_a_raise_is_seen_only_where_the_floor_rose() -> None:
+    assert trainjob.raise_seen(_job("1"), _job("3")) == 3
+    assert trainjob.raise_seen(_job("3"), _job("3")) is None
+    assert trainjob.raise_seen(_job("x"), _job("3")) is None, "a garbled floor tells no raise"
+
+
+def test_only_a_suspended_job_flagged_foreign_has_its_workload_deactivated() -> None:
+    flag = trainjob.foreign_and_suspended(_job("1", foreign=True))
+    assert flag is not None
+    assert "flagged foreign" in flag.reason
+    assert trainjob.foreign_and_suspended(_job("1", foreign=True, suspend=False)) is None
+    assert trainjob.foreign_and_suspended(_job("1")) is None

@@ -16,6 +16,7 @@ from dispatch_k8s.core.rules.workload import (
     Skip,
     approval_message,
     build_approval,
+    build_deactivation,
     decide_approval,
     decide_reservation,
     owner_replaced,
@@ -336,3 +337,15 @@ def test_a_same_name_replacement_of_the_owner_is_not_the_owner() -> None:
         "Workload goes with the old job, and the new job gets its own"
     )
     assert owner_replaced(found, {"metadata": {"name": "train-1", "uid": "old-job-uid"}}) is None
+
+
+def test_deactivation_sets_active_false_with_why_once() -> None:
+    wl = {"metadata": {"name": "w", "annotations": {"a": "b"}}, "spec": {"queueName": "q"}}
+    body = build_deactivation(wl, reason="flagged foreign")
+    assert body is not None
+    assert body["spec"] == {"queueName": "q", "active": False}
+    assert body["metadata"]["annotations"] == {
+        "a": "b",
+        wire.DEACTIVATED_ANNOTATION: "flagged foreign",
+    }
+    assert build_deactivation(body, reason="again") is None, "already inactive: no write"

@@ -59,6 +59,15 @@ no. */}}
 {{- end }}
 {{- end }}
 
+{{/* Whether Kueue runs in policy mode (config/kueue-policy): kueue.mode policy, or auto and the
+MutatingAdmissionPolicy goes in; else check mode (config/kueue). Empty for no. */}}
+{{- define "dispatch-k8s.policyMode" -}}
+{{- $mode := .Values.kueue.mode }}
+{{- $auto := and (eq $mode "auto") (include "dispatch-k8s.mutatingPolicy" .) }}
+{{- if and .Values.kueue.enabled (or (eq $mode "policy") $auto) }}true
+{{- end }}
+{{- end }}
+
 {{/* Whether the controller has a PodDisruptionBudget: asked for (true), or auto and more
 than one replica (at one, minAvailable 1 would block every drain). Empty for no. */}}
 {{- define "dispatch-k8s.disruptionBudget" -}}

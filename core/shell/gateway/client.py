@@ -393,6 +393,10 @@ class Gateway:
         """LIST the Workloads that match a label selector."""
         return [*self.list_items(kinds.WORKLOAD, namespace, label_selector=label_selector)]
 
+    def update_workload(self, workload: Mapping[str, Any], resource_version: str) -> dict[str, Any]:
+        """PUT a Workload (its spec.active), preconditioned on `resource_version`."""
+        return self.update(kinds.WORKLOAD, workload, resource_version)
+
     def apply_workload_status(self, workload: Mapping[str, Any], *, manager: str) -> dict[str, Any]:
         """Server-side apply to workloads/status; the body's resourceVersion is the precondition."""
         return self.apply_status(kinds.WORKLOAD, workload, manager=manager)

@@ -287,7 +287,7 @@ def test_the_disruption_budget_is_there_only_at_more_than_one_replica_or_when_as
 
 def test_policy_mode_without_the_mutating_policy_fails_the_install(helm_home: Path) -> None:
     with pytest.raises(RuntimeError, match=r"kueue\.mode=policy needs the MutatingAdmissionPolicy"):
-        chart.template(["kueue.mode=policy", "policies=guard-only"], home=helm_home)
+        tools.template(["kueue.mode=policy", "policies=guard-only"], home=helm_home)
 
 
 def test_the_helm_test_pod_runs_a_dry_run_audit_as_the_steps(helm_home: Path) -> None:

@@ -21,6 +21,10 @@ Each cell of the matrix below is one small attack function, tried once per polic
 - `R up`: accepted, and every execution that ran after it printed an R above every earlier
   one's (what each execution saw is what its own process printed: pods/log); `last N`: the
   last printed N, the R the raise rule gives;
+- `copied again by Trainer, not flagged (else flagged)`: a runtime snapshot deleted and made
+  again by the member; Trainer, which watches the snapshots it owns, copies the runtime again
+  as soon as the delete lands, over hers where hers came first: built from what `start`
+  checked, nothing to flag (where hers outlasted Trainer's copy: flagged);
 - `put back`: accepted, and the controllers undo it (Trainer suspends the JobSet again from its
   TrainJob, JobSet its Jobs) before any execution printed;
 - `blocked`: accepted, and the job can no longer be opened (`dispatch-unsuspend` exits 6);
@@ -43,6 +47,9 @@ Under `none` the auditor (one replica, gating and auditing the test's namespace 
 tests/support/replicas.py) starts before the stage is reached, but in the `queued` cell, where
 it starts once the edit is made: the controller it is part of gates the namespace's Workloads,
 and running, it would raise A and approve the reservation before the steps' identity could.
+The `snapshot` cells edit Trainer's copy of the runtime the job is built from, the ConfigMap
+`<trainjob>-runtime-snapshot` (Trainer v2.3.0); where Trainer takes none (v2.2.1, found on the
+cluster) they are skipped.
 
 trainjob create member: dry-run-output-after-delete (running)
     all, guard: refused ledger-spent; none: flagged
@@ -90,6 +97,18 @@ runtime patch member: trainer-command (suspended)
     every install: flagged (v2.2.1); R up (v2.3.0: built from its copy)
 runtime delete member: delete (suspended)
     every install: blocked
+snapshot patch member: backoff-limit-suspended (suspended)
+    all, guard: refused snapshot-change; none: flagged
+snapshot delete member: after-runtime-edit-suspended (suspended)
+    all, guard: refused snapshot-delete; none: flagged
+snapshot replace member: delete-and-create-suspended (suspended)
+    all, guard: refused snapshot-delete; none: copied again by Trainer, not flagged (else flagged)
+snapshot patch member: backoff-limit-running (running)
+    all, guard: refused snapshot-change; none: flagged
+snapshot delete member: after-runtime-edit-running (running)
+    all, guard: refused snapshot-delete; none: flagged
+snapshot replace member: delete-and-create-running (running)
+    all, guard: refused snapshot-delete; none: copied again by Trainer, not flagged (else flagged)
 workload-status ssa-force steps: check-ready-without-a-raise (queued)
     all: R up, last 1; guard: its opening refused open-after-raise; none: flagged
 jobset patch member: open-by-hand (suspended)
@@ -269,6 +288,14 @@ class FromCopy:
 
 
 @dataclass(frozen=True, slots=True)
+class CopiedAgain:
+    """Accepted, and Trainer, which watches the snapshot it owns, takes its own copy of the
+    runtime again as soon as the member's delete lands, over her copy where hers came first (its
+    apply forces its fields): the job is built from what start checked, and neither the audit
+    nor the auditor has anything to flag. Where her copy outlasts Trainer's, it is flagged."""
+
+
+@dataclass(frozen=True, slots=True)
 class Unflagged:
     """Accepted, and neither the audit nor the auditor flags it: a record forged with the value
     the audit itself writes, which bounds R no lower than the earned one."""
@@ -284,6 +311,7 @@ Outcome = (
     | PutBack
     | OpeningRefused
     | FromCopy
+    | CopiedAgain
 )
 
 
@@ -810,6 +838,76 @@ def _delete_runtime(target: Target) -> None:
     )
 
 
+# --- edits: the runtime snapshot (Trainer v2.3.0) -----------------------------------------
+
+
+def _snapshot_name(target: Target) -> str:
+    return f"{target.name}{wire.RUNTIME_SNAPSHOT_SUFFIX}"
+
+
+def _retried(target: Target) -> str:
+    """The job's runtime snapshot with the trainer Job given pod retries: a failed rank would be
+    made again under the same A and J."""
+    taken = client.CoreV1Api(target.admin).read_namespaced_config_map(
+        _snapshot_name(target), target.namespace
+    )
+    original = str(as_dict(taken)["data"][wire.RUNTIME_SNAPSHOT_KEY])
+    retried = original.replace("backoffLimit: 0", "backoffLimit: 2")
+    assert retried != original, original
+    return retried
+
+
+def _edit_snapshot(target: Target) -> None:
+    body = {"data": {wire.RUNTIME_SNAPSHOT_KEY: _retried(target)}}
+    client.CoreV1Api(target.actor).patch_namespaced_config_map(
+        _snapshot_name(target), target.namespace, body
+    )
+
+
+def _delete_snapshot_after_runtime_edit(target: Target) -> None:
+    """The team's runtime given pod retries (no policy guards it: no object tells which jobs a
+    runtime serves), then the snapshot deleted, so that Trainer copies the edited runtime."""
+    _runtime_backoff(target)
+    client.CoreV1Api(target.actor).delete_namespaced_config_map(
+        _snapshot_name(target), target.namespace
+    )
+
+
+def _replace_snapshot(target: Target) -> None:
+    """The snapshot deleted and made again by the member: her copy, with pod retries, under its
+    name and controlled by the TrainJob, as Trainer's own is. Trainer takes a new copy of its
+    own at its next reconcile of the job: where it came first, she deletes that one too."""
+    retried = _retried(target)
+    core = client.CoreV1Api(target.actor)
+    owner = client.V1OwnerReference(
+        api_version=f"{wire.TRAINER_GROUP}/{wire.TRAINER_VERSION}",
+        kind="TrainJob",
+        name=target.name,
+        uid=target.trainjob()["metadata"]["uid"],
+        controller=True,
+    )
+    hers = client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name=_snapshot_name(target), owner_references=[owner]),
+        data={wire.RUNTIME_SNAPSHOT_KEY: retried},
+    )
+
+    def replaced() -> bool | None:
+        try:
+            core.delete_namespaced_config_map(_snapshot_name(target), target.namespace)
+        except ApiException as e:
+            if e.status != 404:  # gone already: hers is made next
+                raise
+        try:
+            core.create_namespaced_config_map(target.namespace, hers)
+        except ApiException as e:
+            if e.status == 409:  # Trainer's new copy came first
+                return None
+            raise
+        return True
+
+    wait_until(replaced, what=f"the member's copy of {target.name}'s runtime", timeout=DEADLINE)
+
+
 # --- edits: the Workload -----------------------------------------------------------------
 
 
@@ -1051,6 +1149,7 @@ class Cell:
     # `none` starts the auditor once the edit is made, not before the stage: the queued cell's
     # (the controller gates the Workload: it would raise A and approve before the attacker).
     auditor_after_edit: bool = False
+    snapshot: bool = False  # edits Trainer's runtime snapshot: skipped where it takes none
 
     @property
     def actor(self) -> Actor:
@@ -1106,6 +1205,9 @@ ERASED_FLOOR: Final = f"{wire.ADMISSION_FLOOR_ANNOTATION} '1' was changed to '0'
 ERASED_HIGHEST_RESTART: Final = f"{wire.HIGHEST_RESTART_ANNOTATION} '0' was removed"
 REPEATED_IN_SLOT: Final = "already had"  # an execution repeating the R its slot printed
 RUNTIME_CHANGED: Final = f"TrainingRuntime {LOCAL_RUNTIME} changed since start checked it"
+CHANGED: Final = "changed since start checked it"
+SNAPSHOT_CHANGED: Final = f"Trainer builds the job from, {CHANGED}"
+SNAPSHOT_STAGES: Final[tuple[Stage, ...]] = ("suspended", "running")
 FOREIGN_A: Final = "(manager someone.example/tweaks) sets pod template metadata annotation"
 CELLS: Final = [
     # The TrainJob made by hand: from start's dry-run output after a delete, or copied from a
@@ -1251,6 +1353,39 @@ CELLS: Final = [
         ),
         then=_release_refused,
         runtime="namespaced",
+    ),
+    # Trainer v2.3.0's copy of the runtime, what the JobSet is built from.
+    *(
+        cell
+        for stage in SNAPSHOT_STAGES
+        for cell in (
+            Cell(
+                "snapshot patch member",
+                f"backoff-limit-{stage}",
+                stage,
+                _edit_snapshot,
+                guarded("snapshot-change", none=Flagged(SNAPSHOT_CHANGED)),
+                snapshot=True,
+            ),
+            Cell(
+                "snapshot delete member",
+                f"after-runtime-edit-{stage}",
+                stage,
+                _delete_snapshot_after_runtime_edit,
+                # Compared with the runtime until Trainer's new copy, then with that copy.
+                guarded("snapshot-delete", none=Flagged(CHANGED)),
+                runtime="namespaced",
+                snapshot=True,
+            ),
+            Cell(
+                "snapshot replace member",
+                f"delete-and-create-{stage}",
+                stage,
+                _replace_snapshot,
+                guarded("snapshot-delete", none=CopiedAgain()),
+                snapshot=True,
+            ),
+        )
     ),
     # The Workload: the steps may write its status (dispatch-approve does).
     Cell(
@@ -1441,6 +1576,8 @@ def _said(outcome: Outcome) -> str:
         return f"{_said(outcome.otherwise)} (v2.2.1); R up (v2.3.0: built from its copy)"
     if isinstance(outcome, Unflagged):
         return "not flagged (the audit's own record)"
+    if isinstance(outcome, CopiedAgain):
+        return "copied again by Trainer, not flagged (else flagged)"
     return {
         Flagged: "flagged",
         FlaggedByTheAuditor: "flagged by the auditor",
@@ -1626,6 +1763,8 @@ def test_every_edit_on_the_path_is_refused_raised_or_flagged(
                 kueue_log=control_plane.plane.logs["kueue"] if control_plane.plane else None,
             )
             prepare(target, cell.stage)
+            if cell.snapshot and not _has_snapshot(target):
+                pytest.skip("this Trainer builds from the runtime itself and takes no snapshot")
             refusal = refused(lambda: cell.edit(target))
         if auditing and cell.auditor_after_edit:
             audit_beside()
@@ -1674,6 +1813,15 @@ def test_every_edit_on_the_path_is_refused_raised_or_flagged(
             assert ran == [], f"{cell.id} ({installed}): printed R {ran}"
             not_flagged()
             return
+        if isinstance(outcome, CopiedAgain):
+            if _copied_again_or_flagged(target) == "flagged":
+                audit = run_stage(step, "audit", "--namespace", namespace, "--name", judged)
+                assert (audit.code, SNAPSHOT_CHANGED in audit.error) == (7, True), audit.error
+                return
+            audit = run_stage(step, "audit", "--namespace", namespace, "--name", judged)
+            assert audit.code == 0, audit.error
+            not_flagged()
+            return
         if isinstance(outcome, Unflagged):
             audit = run_stage(step, "audit", "--namespace", namespace, "--name", judged)
             assert audit.code == 0, audit.error
@@ -1695,6 +1843,25 @@ def test_every_edit_on_the_path_is_refused_raised_or_flagged(
         judged_job = read_trainjob(custom, namespace, judged)
         flag = judged_job["metadata"]["annotations"].get(wire.FOREIGN_ANNOTATION)
         assert flag == wire.FOREIGN
+
+
+def _copied_again_or_flagged(target: Target) -> Literal["copied", "flagged"]:
+    """Whether Trainer's copy of the runtime replaced the member's (her pod retries gone), or
+    hers stayed and the auditor flagged the job for it."""
+
+    def settled() -> Literal["copied", "flagged"] | None:
+        taken = client.CoreV1Api(target.admin).read_namespaced_config_map(
+            _snapshot_name(target), target.namespace
+        )
+        if "backoffLimit: 2" not in str(as_dict(taken)["data"][wire.RUNTIME_SNAPSHOT_KEY]):
+            return "copied"
+        annotations = target.trainjob()["metadata"].get("annotations") or {}
+        cause = annotations.get(wire.FOREIGN_CAUSE_ANNOTATION, "")
+        return "flagged" if SNAPSHOT_CHANGED in cause else None
+
+    return wait_until(
+        settled, what=f"Trainer to copy {target.name}'s runtime again", timeout=DEADLINE
+    )
 
 
 def _flagged_by_the_auditor(target: Target, name: str, fragment: str) -> None:

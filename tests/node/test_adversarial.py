@@ -26,7 +26,8 @@ Each cell of the matrix below is one small attack function, tried once per polic
   as soon as the delete lands, over hers where hers came first: built from what `start`
   checked, nothing to flag (where hers outlasted Trainer's copy: flagged);
 - `put back`: accepted, and the controllers undo it (Trainer suspends the JobSet again from its
-  TrainJob, JobSet its Jobs) before any execution printed;
+  TrainJob, JobSet its Jobs) before any execution printed; a pod made meanwhile (R = 0) the
+  auditor may flag;
 - `blocked`: accepted, and the job can no longer be opened (`dispatch-unsuspend` exits 6);
 - `its opening refused RULE`: accepted, and the opening a controller then makes (Kueue's, read
   from its log) is refused with RULE: nothing runs;
@@ -1805,8 +1806,8 @@ def test_every_edit_on_the_path_is_refused_raised_or_flagged(
             not_flagged()
             return
         if isinstance(outcome, PutBack | OpeningRefused):
+            # Not judged by the flag: a pod made before the put-back is one the auditor flags.
             assert ran == [], f"{cell.id} ({installed}): printed R {ran}"
-            not_flagged()
             return
         if isinstance(outcome, Blocked):
             assert any(f in r for f in outcome.fragments for r in target.refusals), target.refusals

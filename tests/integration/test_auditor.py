@@ -302,10 +302,11 @@ def test_a_record_erased_then_a_rerun_is_flagged_and_the_record_put_back(
     api_client: client.ApiClient,
     tmp_path: Path,
 ) -> None:
-    """The adversarial suite's one UNSEEN path with detection alone (dispatch-audit has nothing
-    to compare with once the record is gone): a member removes last-execution and deletes the
-    trainer Job, and JobSet reruns it under the same A and J. The auditor saw the record go:
-    it flags that, puts the record back, and then flags the rerun against it."""
+    """The erasure dispatch-audit alone cannot see (it has nothing to compare with once the
+    record is gone; the adversarial matrix tries it on the node): a member removes
+    last-execution and deletes the trainer Job, and JobSet reruns it under the same A and J.
+    The auditor saw the record go: it flags that, puts the record back, and then flags the
+    rerun against it."""
     with replicas(control_plane.kubeconfig, namespace, tmp_path, "auditor", extra=NO_RESYNC):
         name = opened(step, kubelet, namespace, torch_runtime, "erased")
         first = kubelet.wait_for_pod(name, restart=0, admission=1)

@@ -8,26 +8,29 @@ Each cell of the matrix below is one small attack function, tried once per polic
 
 - `refused RULE`: the API server refuses it, HTTP 403 naming `dispatch-k8s guard RULE:`;
 - `flagged`: accepted, and `dispatch-audit` then exits 7 with the cell's message fragment and
-  flags the TrainJob foreign (a create's: the one it made); where a cell runs the admission
-  controller's auditor beside it (`none` of the creates, detection only as it ships), the
-  auditor has flagged it first, with that fragment in its cause;
+  flags the TrainJob foreign (a create's: the one it made); under `none` (detection only, as
+  it ships) the admission controller's auditor runs beside every cell and has flagged it
+  first, with that fragment in its cause;
+- `flagged by the auditor`: accepted, and the auditor flags it, with the fragment in its
+  cause: a record erased, which it puts back; `dispatch-audit`, run after, finds nothing of
+  its own (exit 0). Without the auditor the erasure is seen by nothing (docs/policies.md: The
+  trust boundary);
 - `not flagged (the audit's own record)`: accepted, and neither flags it: the record was
   forged with the value the audit itself writes at first sight, raised or not (J 0), which
   bounds R no lower than the earned one;
 - `R up`: accepted, and every execution that ran after it printed an R above every earlier
   one's (what each execution saw is what its own process printed: pods/log); `last N`: the
   last printed N, the R the raise rule gives;
+- `copied again by Trainer, not flagged (else flagged)`: a runtime snapshot deleted and made
+  again by the member; Trainer, which watches the snapshots it owns, copies the runtime again
+  as soon as the delete lands, over hers where hers came first: built from what `start`
+  checked, nothing to flag (where hers outlasted Trainer's copy: flagged);
 - `put back`: accepted, and the controllers undo it (Trainer suspends the JobSet again from its
-  TrainJob, JobSet its Jobs) before any execution printed;
+  TrainJob, JobSet its Jobs) before any execution printed; a pod made meanwhile (R = 0) the
+  auditor may flag;
 - `blocked`: accepted, and the job can no longer be opened (`dispatch-unsuspend` exits 6);
 - `its opening refused RULE`: accepted, and the opening a controller then makes (Kueue's, read
   from its log) is refused with RULE: nothing runs;
-- `UNSEEN`: accepted, an execution repeats R in its slot, and the audit exits 0: the limit of
-  `dispatch-audit` alone (docs/policies.md: The trust boundary), where the records it compares
-  with are the actor's to erase. Asserted as it is, so that a
-  fix turns the cell red until it is moved (the admission controller's auditor, which the
-  matrix runs only beside the creates, sees the erasure: tests/integration/test_auditor.py, and
-  `test_the_unseen_cell_with_the_controller_s_auditor_running_is_flagged` below);
 - `... (v2.2.1); R up (v2.3.0: built from its copy)`: an edit of the runtime the job names. Trainer
   v2.3.0 builds the job from its copy of the runtime, taken before the edit (the runtime
   snapshot, found on the cluster), so the edit decides nothing: the job is released, R rises,
@@ -40,6 +43,14 @@ audit or the R check. Stages: `suspended` (started, never opened, JobSet has mad
 `running` (opened by `dispatch-unsuspend`, R = 1 printed and audited), `held` (then held by
 `dispatch-hold` and drained), `queued` (queued through Kueue, quota reserved, the dispatch
 admission check Pending).
+
+Under `none` the auditor (one replica, gating and auditing the test's namespace only:
+tests/support/replicas.py) starts before the stage is reached, but in the `queued` cell, where
+it starts once the edit is made: the controller it is part of gates the namespace's Workloads,
+and running, it would raise A and approve the reservation before the steps' identity could.
+The `snapshot` cells edit Trainer's copy of the runtime the job is built from, the ConfigMap
+`<trainjob>-runtime-snapshot` (Trainer v2.3.0); where Trainer takes none (v2.2.1, found on the
+cluster) they are skipped.
 
 trainjob create member: dry-run-output-after-delete (running)
     all, guard: refused ledger-spent; none: flagged
@@ -64,11 +75,11 @@ trainjob update steps: release-by-hand (held)
 trainjob ssa-force member: take-over-our-a (held)
     all, guard: refused keep-admission; none: flagged
 trainjob annotate member: lower-floor (held)
-    all, guard: refused keep-floor; none: R up, last 2
+    all, guard: refused keep-floor; none: flagged by the auditor
 trainjob annotate member: remove-last-execution-then-rerun (running)
-    all, guard: refused keep-last-execution; none: UNSEEN
+    all, guard: refused keep-last-execution; none: flagged
 trainjob update steps: remove-highest-restart (running)
-    all, guard: refused keep-highest-restart; none: R up, last 2
+    all, guard: refused keep-highest-restart; none: flagged by the auditor
 trainjob update steps: change-start-record (running)
     all, guard: refused keep-start-record; none: R up, last 2
 trainjob update steps: rename-patch-job (suspended)
@@ -87,6 +98,18 @@ runtime patch member: trainer-command (suspended)
     every install: flagged (v2.2.1); R up (v2.3.0: built from its copy)
 runtime delete member: delete (suspended)
     every install: blocked
+snapshot patch member: backoff-limit-suspended (suspended)
+    all, guard: refused snapshot-change; none: flagged
+snapshot delete member: after-runtime-edit-suspended (suspended)
+    all, guard: refused snapshot-delete; none: flagged
+snapshot replace member: delete-and-create-suspended (suspended)
+    all, guard: refused snapshot-delete; none: copied again by Trainer, not flagged (else flagged)
+snapshot patch member: backoff-limit-running (running)
+    all, guard: refused snapshot-change; none: flagged
+snapshot delete member: after-runtime-edit-running (running)
+    all, guard: refused snapshot-delete; none: flagged
+snapshot replace member: delete-and-create-running (running)
+    all, guard: refused snapshot-delete; none: copied again by Trainer, not flagged (else flagged)
 workload-status ssa-force steps: check-ready-without-a-raise (queued)
     all: R up, last 1; guard: its opening refused open-after-raise; none: flagged
 jobset patch member: open-by-hand (suspended)
@@ -233,11 +256,12 @@ class Blocked:
 
 
 @dataclass(frozen=True, slots=True)
-class Unseen:
-    """Accepted, and an execution repeats R that the audit does not see: the limit of detection
-    alone (docs/policies.md: The trust boundary), where the records it compares with are the
-    actor's to erase. Asserted, so that a fix turns the cell red until its expectation is
-    moved."""
+class FlaggedByTheAuditor:
+    """Accepted; the auditor flags it with this fragment in its cause (a record erased, which it
+    puts back), and `dispatch-audit`, run after, finds nothing of its own: what detection
+    without the auditor does not see (docs/policies.md: The trust boundary)."""
+
+    fragment: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,13 +289,30 @@ class FromCopy:
 
 
 @dataclass(frozen=True, slots=True)
+class CopiedAgain:
+    """Accepted, and Trainer, which watches the snapshot it owns, takes its own copy of the
+    runtime again as soon as the member's delete lands, over her copy where hers came first (its
+    apply forces its fields): the job is built from what start checked, and neither the audit
+    nor the auditor has anything to flag. Where her copy outlasts Trainer's, it is flagged."""
+
+
+@dataclass(frozen=True, slots=True)
 class Unflagged:
     """Accepted, and neither the audit nor the auditor flags it: a record forged with the value
     the audit itself writes, which bounds R no lower than the earned one."""
 
 
 Outcome = (
-    Unflagged | Refused | Flagged | RaisedR | Blocked | Unseen | PutBack | OpeningRefused | FromCopy
+    Unflagged
+    | Refused
+    | Flagged
+    | FlaggedByTheAuditor
+    | RaisedR
+    | Blocked
+    | PutBack
+    | OpeningRefused
+    | FromCopy
+    | CopiedAgain
 )
 
 
@@ -449,6 +490,18 @@ def _rerun_by_job_delete(target: Target) -> None:
     wait_until(earlier_gone, what=f"the earlier pods of {target.name} to go", timeout=DEADLINE)
 
 
+def _put_back_then_rerun(target: Target) -> None:
+    """The auditor puts the erased execution record back; the rerun by a Job deleted by hand
+    then repeats the R it holds."""
+
+    def put_back() -> bool | None:
+        annotations = target.trainjob()["metadata"].get("annotations") or {}
+        return wire.LAST_EXECUTION_ANNOTATION in annotations or None
+
+    wait_until(put_back, what=f"the auditor to put {target.name}'s record back", timeout=DEADLINE)
+    _rerun_by_job_delete(target)
+
+
 def _rerun_by_job_suspend(target: Target) -> None:
     """A rerun: the trainer Job suspended by hand, which JobSet resumes with a new pod."""
     _suspend_job(target)
@@ -502,9 +555,10 @@ def _release_refused(target: Target) -> None:
 
 
 def _release_refused_as_flagged(target: Target) -> None:
-    """The auditor beside flags the job before anyone opens it; the pipeline's release then
-    refuses it (dispatch-unsuspend exits 7: a person decides), and nothing runs."""
-    _flagged_by_the_auditor(target, target.name, REMADE)
+    """The auditor beside flags the job before anyone opens it (the cause is the cell's to
+    judge); the pipeline's release then refuses it (dispatch-unsuspend exits 7: a person
+    decides), and nothing runs."""
+    _flagged_by_the_auditor(target, target.name, "")
     run = run_stage(
         target.step, "unsuspend", "--namespace", target.namespace, "--name", target.name
     )
@@ -785,6 +839,76 @@ def _delete_runtime(target: Target) -> None:
     )
 
 
+# --- edits: the runtime snapshot (Trainer v2.3.0) -----------------------------------------
+
+
+def _snapshot_name(target: Target) -> str:
+    return f"{target.name}{wire.RUNTIME_SNAPSHOT_SUFFIX}"
+
+
+def _retried(target: Target) -> str:
+    """The job's runtime snapshot with the trainer Job given pod retries: a failed rank would be
+    made again under the same A and J."""
+    taken = client.CoreV1Api(target.admin).read_namespaced_config_map(
+        _snapshot_name(target), target.namespace
+    )
+    original = str(as_dict(taken)["data"][wire.RUNTIME_SNAPSHOT_KEY])
+    retried = original.replace("backoffLimit: 0", "backoffLimit: 2")
+    assert retried != original, original
+    return retried
+
+
+def _edit_snapshot(target: Target) -> None:
+    body = {"data": {wire.RUNTIME_SNAPSHOT_KEY: _retried(target)}}
+    client.CoreV1Api(target.actor).patch_namespaced_config_map(
+        _snapshot_name(target), target.namespace, body
+    )
+
+
+def _delete_snapshot_after_runtime_edit(target: Target) -> None:
+    """The team's runtime given pod retries (no policy guards it: no object tells which jobs a
+    runtime serves), then the snapshot deleted, so that Trainer copies the edited runtime."""
+    _runtime_backoff(target)
+    client.CoreV1Api(target.actor).delete_namespaced_config_map(
+        _snapshot_name(target), target.namespace
+    )
+
+
+def _replace_snapshot(target: Target) -> None:
+    """The snapshot deleted and made again by the member: her copy, with pod retries, under its
+    name and controlled by the TrainJob, as Trainer's own is. Trainer takes a new copy of its
+    own at its next reconcile of the job: where it came first, she deletes that one too."""
+    retried = _retried(target)
+    core = client.CoreV1Api(target.actor)
+    owner = client.V1OwnerReference(
+        api_version=f"{wire.TRAINER_GROUP}/{wire.TRAINER_VERSION}",
+        kind="TrainJob",
+        name=target.name,
+        uid=target.trainjob()["metadata"]["uid"],
+        controller=True,
+    )
+    hers = client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name=_snapshot_name(target), owner_references=[owner]),
+        data={wire.RUNTIME_SNAPSHOT_KEY: retried},
+    )
+
+    def replaced() -> bool | None:
+        try:
+            core.delete_namespaced_config_map(_snapshot_name(target), target.namespace)
+        except ApiException as e:
+            if e.status != 404:  # gone already: hers is made next
+                raise
+        try:
+            core.create_namespaced_config_map(target.namespace, hers)
+        except ApiException as e:
+            if e.status == 409:  # Trainer's new copy came first
+                return None
+            raise
+        return True
+
+    wait_until(replaced, what=f"the member's copy of {target.name}'s runtime", timeout=DEADLINE)
+
+
 # --- edits: the Workload -----------------------------------------------------------------
 
 
@@ -1023,7 +1147,10 @@ class Cell:
     then: Callable[[Target], None] | Mapping[Install, Callable[[Target], None]] | None = None
     runtime: RuntimeShape = "cluster"
     audited: str = ""  # the suffix of the TrainJob judged: a copy's, where the edit makes one
-    auditor: bool = False  # `none` runs the admission controller's auditor beside (detection)
+    # `none` starts the auditor once the edit is made, not before the stage: the queued cell's
+    # (the controller gates the Workload: it would raise A and approve before the attacker).
+    auditor_after_edit: bool = False
+    snapshot: bool = False  # edits Trainer's runtime snapshot: skipped where it takes none
 
     @property
     def actor(self) -> Actor:
@@ -1075,7 +1202,13 @@ UNEARNED: Final[Mapping[str, Outcome]] = {
     wire.HIGHEST_RESTART_ANNOTATION: Unflagged(),
 }
 RERUN: Final = "which the execution of pod UID"
+ERASED_FLOOR: Final = f"{wire.ADMISSION_FLOOR_ANNOTATION} '1' was changed to '0'"
+ERASED_HIGHEST_RESTART: Final = f"{wire.HIGHEST_RESTART_ANNOTATION} '0' was removed"
+REPEATED_IN_SLOT: Final = "already had"  # an execution repeating the R its slot printed
 RUNTIME_CHANGED: Final = f"TrainingRuntime {LOCAL_RUNTIME} changed since start checked it"
+CHANGED: Final = "changed since start checked it"
+SNAPSHOT_CHANGED: Final = f"Trainer builds the job from, {CHANGED}"
+SNAPSHOT_STAGES: Final[tuple[Stage, ...]] = ("suspended", "running")
 FOREIGN_A: Final = "(manager someone.example/tweaks) sets pod template metadata annotation"
 CELLS: Final = [
     # The TrainJob made by hand: from start's dry-run output after a delete, or copied from a
@@ -1087,7 +1220,6 @@ CELLS: Final = [
         _remake_from_dry_run,
         guarded("ledger-spent", none=Flagged(REMADE)),
         then=_release_refused_as_flagged,
-        auditor=True,
     ),
     *(
         Cell(
@@ -1097,7 +1229,6 @@ CELLS: Final = [
             _copy_forging(key, value),
             guarded("create-initial", none=UNEARNED.get(key, Flagged(f"holds {key}, but no"))),
             audited=COPY,
-            auditor=True,
         )
         for key, value in FORGED_AT_CREATE.items()
     ),
@@ -1130,24 +1261,23 @@ CELLS: Final = [
         "lower-floor",
         "held",
         _annotate_trainjob(**{wire.ADMISSION_FLOOR_ANNOTATION: "0"}),
-        guarded("keep-floor", none=RaisedR(last=2)),
-        then=_release,
+        guarded("keep-floor", none=FlaggedByTheAuditor(ERASED_FLOOR)),
+        then=_release_refused_as_flagged,
     ),
     Cell(
         "trainjob annotate member",
         "remove-last-execution-then-rerun",
         "running",
         _annotate_trainjob(**{wire.LAST_EXECUTION_ANNOTATION: None}),
-        guarded("keep-last-execution", none=Unseen()),
-        then=_rerun_by_job_delete,
+        guarded("keep-last-execution", none=Flagged(REPEATED_IN_SLOT)),
+        then=_put_back_then_rerun,
     ),
     Cell(
         "trainjob update steps",
         "remove-highest-restart",
         "running",
         _remove_annotation_by_update(wire.HIGHEST_RESTART_ANNOTATION),
-        guarded("keep-highest-restart", none=RaisedR(last=2)),
-        then=_hold_and_release,
+        guarded("keep-highest-restart", none=FlaggedByTheAuditor(ERASED_HIGHEST_RESTART)),
     ),
     Cell(
         "trainjob update steps",
@@ -1225,6 +1355,39 @@ CELLS: Final = [
         then=_release_refused,
         runtime="namespaced",
     ),
+    # Trainer v2.3.0's copy of the runtime, what the JobSet is built from.
+    *(
+        cell
+        for stage in SNAPSHOT_STAGES
+        for cell in (
+            Cell(
+                "snapshot patch member",
+                f"backoff-limit-{stage}",
+                stage,
+                _edit_snapshot,
+                guarded("snapshot-change", none=Flagged(SNAPSHOT_CHANGED)),
+                snapshot=True,
+            ),
+            Cell(
+                "snapshot delete member",
+                f"after-runtime-edit-{stage}",
+                stage,
+                _delete_snapshot_after_runtime_edit,
+                # Compared with the runtime until Trainer's new copy, then with that copy.
+                guarded("snapshot-delete", none=Flagged(CHANGED)),
+                runtime="namespaced",
+                snapshot=True,
+            ),
+            Cell(
+                "snapshot replace member",
+                f"delete-and-create-{stage}",
+                stage,
+                _replace_snapshot,
+                guarded("snapshot-delete", none=CopiedAgain()),
+                snapshot=True,
+            ),
+        )
+    ),
     # The Workload: the steps may write its status (dispatch-approve does).
     Cell(
         "workload-status ssa-force steps",
@@ -1241,6 +1404,7 @@ CELLS: Final = [
             "guard": _opening_refused_to_kueue,
             "none": _next_execution,
         },
+        auditor_after_edit=True,
     ),
     # The JobSet.
     Cell(
@@ -1413,9 +1577,14 @@ def _said(outcome: Outcome) -> str:
         return f"{_said(outcome.otherwise)} (v2.2.1); R up (v2.3.0: built from its copy)"
     if isinstance(outcome, Unflagged):
         return "not flagged (the audit's own record)"
-    return {Flagged: "flagged", Blocked: "blocked", Unseen: "UNSEEN", PutBack: "put back"}[
-        type(outcome)
-    ]
+    if isinstance(outcome, CopiedAgain):
+        return "copied again by Trainer, not flagged (else flagged)"
+    return {
+        Flagged: "flagged",
+        FlaggedByTheAuditor: "flagged by the auditor",
+        Blocked: "blocked",
+        PutBack: "put back",
+    }[type(outcome)]
 
 
 def matrix() -> str:
@@ -1571,10 +1740,18 @@ def test_every_edit_on_the_path_is_refused_raised_or_flagged(
         flags = start_flags(namespace, LOCAL_RUNTIME, *kind, train=RUNS, job_id=cell.case)
     started = step("start", *flags)
     assert started.code == 0, started.error
-    auditing = installed == "none" and cell.auditor
+    auditing = installed == "none"  # detection only: the auditor runs beside, as it ships
+
+    def audit_beside() -> None:
+
+        (auditor,) = beside.enter_context(
+            replicas(control_plane.kubeconfig, namespace, tmp_path, "auditor")
+        )
+        wait_until(lambda: auditor.leading() or None, what="the auditor to lead", timeout=DEADLINE)
+
     with contextlib.ExitStack() as beside:
-        if auditing:
-            beside.enter_context(replicas(control_plane.kubeconfig, namespace, tmp_path, "auditor"))
+        if auditing and not cell.auditor_after_edit:
+            audit_beside()
         with attacker(cell.actor, member, request) as actor:
             target = Target(
                 namespace=namespace,
@@ -1587,7 +1764,11 @@ def test_every_edit_on_the_path_is_refused_raised_or_flagged(
                 kueue_log=control_plane.plane.logs["kueue"] if control_plane.plane else None,
             )
             prepare(target, cell.stage)
+            if cell.snapshot and not _has_snapshot(target):
+                pytest.skip("this Trainer builds from the runtime itself and takes no snapshot")
             refusal = refused(lambda: cell.edit(target))
+        if auditing and cell.auditor_after_edit:
+            audit_beside()
         outcome = cell.expect[installed]
         if isinstance(outcome, Refused):
             assert refusal is not None, f"{cell.id} was accepted where the guard is installed"
@@ -1595,6 +1776,13 @@ def test_every_edit_on_the_path_is_refused_raised_or_flagged(
             assert f"dispatch-k8s guard {outcome.rule}:" in message(refusal)
             return
         assert refusal is None, f"refused ({installed}): {message(refusal)}"
+        custom = client.CustomObjectsApi(api_client)
+        judged = f"{target.name}{cell.audited}"  # the TrainJob the audit and the auditor judge
+
+        def not_flagged() -> None:  # by the auditor beside (none), which saw it all
+            kept = read_trainjob(custom, namespace, judged)
+            assert wire.FOREIGN_ANNOTATION not in kept["metadata"]["annotations"], kept
+
         if isinstance(outcome, FromCopy):
             if _has_snapshot(target):
                 _release(target)
@@ -1604,47 +1792,77 @@ def test_every_edit_on_the_path_is_refused_raised_or_flagged(
                 )
                 audited = run_stage(step, "audit", "--namespace", namespace, "--name", target.name)
                 assert audited.code == 0, audited.error
+                not_flagged()
                 return
             outcome = outcome.otherwise
         then = cell.then[installed] if isinstance(cell.then, Mapping) else cell.then
         if then is not None:
             then(target)
         ran = target.history()
-        judged = f"{target.name}{cell.audited}"  # the TrainJob the audit and the auditor judge
         if isinstance(outcome, RaisedR):  # the follow-up waited for what ran next
             assert ran == sorted(set(ran)), f"{cell.id} ({installed}): printed R {ran}, not rising"
             if outcome.last is not None:
                 assert ran[-1:] == [outcome.last], f"{cell.id} ({installed}): printed R {ran}"
+            not_flagged()
             return
         if isinstance(outcome, PutBack | OpeningRefused):
+            # Not judged by the flag: a pod made before the put-back is one the auditor flags.
             assert ran == [], f"{cell.id} ({installed}): printed R {ran}"
             return
         if isinstance(outcome, Blocked):
             assert any(f in r for f in outcome.fragments for r in target.refusals), target.refusals
             assert ran == [], f"{cell.id} ({installed}): printed R {ran}"
+            not_flagged()
+            return
+        if isinstance(outcome, CopiedAgain):
+            if _copied_again_or_flagged(target) == "flagged":
+                audit = run_stage(step, "audit", "--namespace", namespace, "--name", judged)
+                assert (audit.code, SNAPSHOT_CHANGED in audit.error) == (7, True), audit.error
+                return
+            audit = run_stage(step, "audit", "--namespace", namespace, "--name", judged)
+            assert audit.code == 0, audit.error
+            not_flagged()
             return
         if isinstance(outcome, Unflagged):
             audit = run_stage(step, "audit", "--namespace", namespace, "--name", judged)
             assert audit.code == 0, audit.error
-            kept = read_trainjob(client.CustomObjectsApi(api_client), namespace, judged)
-            assert wire.FOREIGN_ANNOTATION not in kept["metadata"]["annotations"], kept
-            return
-        if isinstance(outcome, Unseen):
-            assert target.repeated(), f"{cell.id} ({installed}): printed R {ran}, no repeat"
-            unseen = run_stage(step, "audit", "--namespace", namespace, "--name", target.name)
-            assert unseen.code == 0, unseen.error
+            not_flagged()
             return
         if auditing:  # before dispatch-audit, which would flag it itself
             _flagged_by_the_auditor(target, judged, outcome.fragment)
         audit = run_stage(step, "audit", "--namespace", namespace, "--name", judged)
+        if isinstance(outcome, FlaggedByTheAuditor):  # the record put back: nothing to find
+            assert audit.code == 0, audit.error
+            flag = read_trainjob(custom, namespace, judged)["metadata"]["annotations"]
+            assert flag.get(wire.FOREIGN_ANNOTATION) == wire.FOREIGN, flag
+            return
         assert audit.code == 7, (
             f"{cell.id} was accepted ({installed}) and not flagged: an execution could repeat R "
             f"(printed R {ran})"
         )
         assert outcome.fragment in audit.error, audit.error
-        judged_job = read_trainjob(client.CustomObjectsApi(api_client), namespace, judged)
+        judged_job = read_trainjob(custom, namespace, judged)
         flag = judged_job["metadata"]["annotations"].get(wire.FOREIGN_ANNOTATION)
         assert flag == wire.FOREIGN
+
+
+def _copied_again_or_flagged(target: Target) -> Literal["copied", "flagged"]:
+    """Whether Trainer's copy of the runtime replaced the member's (her pod retries gone), or
+    hers stayed and the auditor flagged the job for it."""
+
+    def settled() -> Literal["copied", "flagged"] | None:
+        taken = client.CoreV1Api(target.admin).read_namespaced_config_map(
+            _snapshot_name(target), target.namespace
+        )
+        if "backoffLimit: 2" not in str(as_dict(taken)["data"][wire.RUNTIME_SNAPSHOT_KEY]):
+            return "copied"
+        annotations = target.trainjob()["metadata"].get("annotations") or {}
+        cause = annotations.get(wire.FOREIGN_CAUSE_ANNOTATION, "")
+        return "flagged" if SNAPSHOT_CHANGED in cause else None
+
+    return wait_until(
+        settled, what=f"Trainer to copy {target.name}'s runtime again", timeout=DEADLINE
+    )
 
 
 def _flagged_by_the_auditor(target: Target, name: str, fragment: str) -> None:
@@ -1740,53 +1958,6 @@ def test_what_rbac_does_not_allow_is_refused_by_rbac(
     assert refusal.status == 403, text
     assert "dispatch-k8s guard" not in text, text
     assert " cannot " in text, text  # RBAC's "User \"...\" cannot patch resource ..."
-
-
-@pytest.mark.policies("none")
-def test_the_unseen_cell_with_the_controller_s_auditor_running_is_flagged(
-    step: Step,
-    namespace: str,
-    real_node_runtime: str,
-    api_client: client.ApiClient,
-    member: client.ApiClient,
-    control_plane: Cluster,
-    tmp_path: Path,
-) -> None:
-    """The matrix's UNSEEN erasure, with the admission controller's auditor beside it, as a
-    detection-only install runs it: nothing refuses the erasure or the rerun, which prints the
-    same R, but the auditor saw the record go. The TrainJob is flagged (the erasure, then the
-    rerun against the record it put back) and dispatch-audit then exits 7 with the repeat."""
-    (cell,) = [c for c in CELLS if c.case == "remove-last-execution-then-rerun"]
-    assert isinstance(cell.expect["none"], Unseen)
-    assert callable(cell.then)
-    flags = start_flags(namespace, real_node_runtime, train=RUNS, job_id=cell.case)
-    started = step("start", *flags)
-    assert started.code == 0, started.error
-    with replicas(control_plane.kubeconfig, namespace, tmp_path, "auditor"):
-        target = Target(
-            namespace=namespace,
-            name=started.result["name"],
-            actor=member,
-            admin=api_client,
-            step=step,
-        )
-        prepare(target, cell.stage)
-        assert refused(lambda: cell.edit(target)) is None
-        cell.then(target)
-        ran = target.history()
-        assert ran != sorted(set(ran)), f"printed R {ran}: the rerun was to repeat R"
-
-        def cause() -> str | None:
-            annotations = target.trainjob()["metadata"].get("annotations") or {}
-            found = annotations.get(wire.FOREIGN_CAUSE_ANNOTATION, "")
-            return found if "already had" in found else None
-
-        wait_until(cause, what=f"the auditor to flag {target.name}'s rerun", timeout=DEADLINE)
-        record = target.trainjob()["metadata"]["annotations"].get(wire.LAST_EXECUTION_ANNOTATION)
-        assert record is not None, "the erased record was put back"
-    audit = run_stage(step, "audit", "--namespace", namespace, "--name", target.name)
-    assert audit.code == 7, audit.error
-    assert "already had" in audit.error, audit.error
 
 
 def test_the_docstring_lists_the_matrix() -> None:

@@ -38,11 +38,21 @@ from dispatch_k8s.controller import serve, store, streams
 from dispatch_k8s.controller.queue import RETRY, Again, WorkQueue
 from dispatch_k8s.controller.settings import ControllerSettings
 from dispatch_k8s.controller.store import Key, own_key
-from dispatch_k8s.core.rules import erasure, events, ledger, shapes, trainjob, wire, workload
+from dispatch_k8s.core.rules import (
+    carried,
+    erasure,
+    events,
+    ledger,
+    shapes,
+    trainjob,
+    wire,
+    workload,
+)
+from dispatch_k8s.core.rules.carried import Unopened
 from dispatch_k8s.core.rules.erasure import Erasure
 from dispatch_k8s.core.rules.errors import DispatchError, NotFound, PreconditionFailed, Transient
 from dispatch_k8s.core.rules.snapshot import Snapshot
-from dispatch_k8s.core.shell import auditing
+from dispatch_k8s.core.shell import auditing, carrying
 from dispatch_k8s.core.shell.auditing import AuditOutcome, Erasures
 from dispatch_k8s.core.shell.gateway import Gateway, kinds
 from dispatch_k8s.core.shell.gateway.kinds import Kind
@@ -99,6 +109,7 @@ class Auditor:
         self._managed: set[Key] = set()
         self._changed_at: dict[Key, float] = {}  # the first change not yet audited
         self._causes: dict[Key, str] = {}  # the findings last seen, so each is counted once
+        self._unopened: set[Key] = set()  # open, their JobSet not (core.rules.carried)
         # Records seen moved back (core.rules.erasure), by annotation, until a pass wrote them.
         self._erased: dict[Key, dict[str, Erasure]] = {}
         self._watched: dict[tuple[str, str | None], int] = {}
@@ -286,6 +297,8 @@ class Auditor:
             self._changed_at.pop(key, None)
             self._causes.pop(key, None)
             self._erased.pop(key, None)
+            self._unopened.discard(key)
+            serve.UNOPENED.set(len(self._unopened))
 
     def _manage_only(self, namespace: str | None, keys: set[Key]) -> None:
         """After a list of TrainJobs: those of the scope are exactly the listed ones."""
@@ -341,6 +354,7 @@ class Auditor:
             outcome = self._pass(key)
             if self._policy_mode:
                 self._deactivate_if_foreign(key, log)
+            self._opened(key, log)
         except PreconditionFailed as e:  # changed since it was read: the next pass reads afresh
             serve.AUDITS.labels("conflict").inc()
             log.bind(reason=str(e)).info("changed meanwhile: audit again")
@@ -449,6 +463,42 @@ class Auditor:
                     raise
                 tries += 1
                 serve.AUDITS.labels("conflict").inc()
+
+    def _opened(self, key: Key, log: Any) -> None:
+        """Tell, once, an opening Trainer could not carry into the JobSet; count such jobs.
+
+        Not a finding: nothing was reset, and the job is not flagged foreign; it is stuck, and
+        a person decides (docs/operations.md). The store's JobSet may lag its TrainJob, so
+        what the store shows unopened is decided again from fresh reads, TrainJob first.
+        """
+        namespace, name = key
+        view = self.store.view(key)
+        job: Mapping[str, Any] | None = view.trainjob
+        unopened: Unopened | None = None
+        if job is not None and isinstance(carried.decide_carried(job, view.jobset), Unopened):
+            job = self._gateway.read_trainjob(namespace, name)
+            found = carrying.read_carried(
+                self._gateway, job, self._gateway.read_jobset(namespace, name)
+            )
+            unopened = found if isinstance(found, Unopened) else None
+        with self._lock:
+            new = unopened is not None and key not in self._unopened
+            if unopened is None:
+                self._unopened.discard(key)
+            else:
+                self._unopened.add(key)
+            serve.UNOPENED.set(len(self._unopened))
+        if job is None or unopened is None or not new:
+            return
+        log.bind(reason=unopened.reason).warning("not opened")
+        self._gateway.emit_event(
+            job,
+            event_type="Warning",
+            reason=events.NOT_OPENED,
+            message=unopened.reason,
+            step=COMPONENT,
+            name=events.not_opened_event_name(job),
+        )
 
     def _runtime(
         self, namespace: str, trainjob: Mapping[str, Any]

@@ -41,6 +41,11 @@ FINDINGS: Final = Counter(
     "the TrainJob's findings so.",
     ["kind", "namespace"],
 )
+UNOPENED: Final = Gauge(
+    f"{PREFIX}_unopened_trainjobs",
+    "Managed TrainJobs open whose JobSet Trainer could not open (core/rules/carried.py): "
+    "nothing runs; each told once in a Warning Event NotOpened with Trainer's reason.",
+)
 WATCHED: Final = Gauge(
     f"{PREFIX}_watched_objects",
     "Objects the auditor lists and watches, by kind (trainjobs, jobsets, jobs, pods).",

@@ -5,13 +5,14 @@ from __future__ import annotations
 from loguru import logger
 
 from dispatch_k8s.core.rules import decisions, events, trainjob
-from dispatch_k8s.core.rules.errors import Refused
-from dispatch_k8s.core.shell import runner
+from dispatch_k8s.core.rules.errors import NotOpened, Refused
+from dispatch_k8s.core.shell import carrying, runner
+from dispatch_k8s.core.shell.gateway import Gateway
 from dispatch_k8s.core.shell.settings import TrainJobSettings
 
 
 def run(settings: TrainJobSettings) -> runner.Result:
-    """Read the TrainJob and its JobSet, decide, write once, report."""
+    """Read the TrainJob and its JobSet, decide, write once, see that Trainer opened it, report."""
     gateway = runner.connect(settings)
     job = gateway.read_trainjob(settings.namespace, settings.name)
     if trainjob.is_kueue_managed(job):
@@ -23,6 +24,7 @@ def run(settings: TrainJobSettings) -> runner.Result:
     if done is not None and trainjob.foreign_flag(job) is None:
         # The update that raised A and opened the job applied; its answer may have been lost.
         logger.bind(admission=done).info("already open on its own raise: nothing to do")
+        _opened(gateway, settings)
         return {"admission": done, "resourceVersion": job["metadata"]["resourceVersion"]}
     jobset = gateway.read_jobset(settings.namespace, settings.name)
     decision = trainjob.decide_raise(job, jobset)
@@ -38,6 +40,8 @@ def run(settings: TrainJobSettings) -> runner.Result:
         message=events.raise_message(admission=decision.admission, restart=decision.restart),
         step="unsuspend",
     )
+    if runner.dry_run_of(settings) == "none":  # a dry run stored nothing for Trainer to open
+        _opened(gateway, settings)
     return {
         "admission": decision.admission,
         "resourceVersion": written["metadata"]["resourceVersion"],
@@ -45,9 +49,16 @@ def run(settings: TrainJobSettings) -> runner.Result:
     }
 
 
+def _opened(gateway: Gateway, settings: TrainJobSettings) -> None:
+    """Wait for Trainer to open the JobSet; NotOpened (9) with its reason where it could not."""
+    unopened = carrying.wait_carried(gateway, settings.namespace, settings.name)
+    if unopened is not None:
+        raise NotOpened(unopened.reason)
+
+
 ABOUT = (
-    "Plain mode Open and Release: raise A and set spec.suspend false in one update of the\n"
-    "TrainJob, preconditioned on its read; refused (6) while the last execution's Jobs drain."
+    "Plain mode Open and Release: raise A and unsuspend in one update, preconditioned on its read\n"
+    "(6 while the last execution drains); then 9 where Trainer could not open the JobSet."
 )
 EXAMPLE = """\
 dispatch-unsuspend --kubeconfig ~/.kube/config --namespace team-a --name train-42-3f9c1a2b

@@ -114,6 +114,7 @@ STEP_ACCESS: Final = (
     ("", "configmaps", "get"),
     ("", "configmaps", "create"),
     ("", "events", "create"),
+    ("", "events", "list"),
 )
 STEP_CLUSTER_ACCESS: Final = ((wire.TRAINER_GROUP, "clustertrainingruntimes", "get"),)
 

@@ -47,6 +47,15 @@ class Foreign(DispatchError):
     exit_code = 7
 
 
+class NotOpened(DispatchError):
+    """Opened, but Trainer could not open the JobSet (its reason told): a person decides.
+
+    Nothing runs until what Trainer names is put right (docs/operations.md: A job not opened).
+    """
+
+    exit_code = 9
+
+
 class Transient(DispatchError):
     """The API was unreachable or overloaded after bounded retries: run the step again."""
 

@@ -20,6 +20,7 @@ FLAGGED: Final = "FlaggedForeign"
 MAX_MESSAGE_CHARS: Final = 1024  # the API server refuses longer Event messages
 APPROVED: Final = "AdmissionApproved"
 REFUSED: Final = "AdmissionRefused"
+NOT_OPENED: Final = "NotOpened"  # open, Trainer could not open the JobSet (core.rules.carried)
 EventType = Literal["Normal", "Warning"]
 Involved = tuple[str, str]  # the apiVersion and kind of the object an Event is about
 TRAINJOB: Final[Involved] = (f"{wire.TRAINER_GROUP}/{wire.TRAINER_VERSION}", "TrainJob")
@@ -79,6 +80,17 @@ def raise_event_name(trainjob_name: str, record: str) -> str:
     """
     digest = hashlib.sha256(record.encode()).hexdigest()[:16]
     return f"{trainjob_name}.{digest}"
+
+
+def not_opened_event_name(trainjob: Mapping[str, Any]) -> str:
+    """The one name of the Event that tells an opening of `trainjob` was not carried.
+
+    One a generation (each opening is one), so each replica and resync posts it once: any
+    later post gets 409 AlreadyExists.
+    """
+    meta = trainjob["metadata"]
+    record = f"not-opened/{meta.get('uid')}/{meta.get('generation')}"
+    return raise_event_name(str(meta["name"]), record)
 
 
 def raise_message(*, admission: int, restart: int, workload: str | None = None) -> str:

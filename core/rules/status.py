@@ -13,6 +13,7 @@ from typing import Any, Final, TypeVar
 
 from dispatch_k8s.core.rules import shapes, trainjob, wire, workload
 from dispatch_k8s.core.rules.audit import Execution
+from dispatch_k8s.core.rules.carried import Unopened
 from dispatch_k8s.core.rules.decisions import Refusal
 from dispatch_k8s.core.rules.identity import (
     Counts,
@@ -27,6 +28,7 @@ PLAIN: Final = "plain"
 QUEUE: Final = "queue"
 RUNNING: Final = "Running"
 SUSPENDED: Final = "Suspended"
+NOT_OPENED: Final = "NotOpened"  # open, but Trainer could not open its JobSet (core.rules.carried)
 FINISHED: Final = "Finished"
 NONE: Final = "<none>"  # as kubectl shows a missing value
 COLUMN_GAP: Final = "   "  # kubectl's tabwriter padding
@@ -56,8 +58,12 @@ def describe(
     workloads: Sequence[Mapping[str, Any]],
     *,
     check: str,
+    unopened: Unopened | None = None,
 ) -> dict[str, Any]:
-    """The status record of `job`, given its JobSet and the Workloads labelled with its UID."""
+    """The status record of `job`, given its JobSet and the Workloads labelled with its UID.
+
+    `unopened`: what `core.rules.carried` found of an opening Trainer could not carry.
+    """
     problems: list[str] = []
     in_patch = _read(trainjob.admission_in_patch(job), problems)
     floor = _read(trainjob.admission_floor(job), problems)
@@ -66,7 +72,7 @@ def describe(
     queued = trainjob.is_kueue_managed(job)
     current = current_workload(workloads) if queued else None
     pending = pending_raise(job, current)
-    state = _state(job)
+    state = NOT_OPENED if unopened is not None else _state(job)
     execution = None
     if in_patch is not None and floor is not None and restart is not None and highest is not None:
         counters = Counters(in_patch=in_patch, floor=floor, restart=restart, highest=highest)
@@ -81,6 +87,7 @@ def describe(
         "mode": QUEUE if queued else PLAIN,
         "queue": shapes.labels_of(job).get(wire.QUEUE_LABEL) if queued else None,
         "state": state,
+        "notOpened": None if unopened is None else unopened.reason,
         "admission": {"patch": in_patch, "floor": floor},
         "restart": {"current": restart, "highest": highest},
         "execution": execution,
@@ -125,7 +132,8 @@ def _execution(
     its next opening makes (the raise rule, with the JobSet's J as now).
     """
     admission, restart = counters.in_patch, counters.restart
-    which = {RUNNING: "running", FINISHED: "last"}.get(state, "next")
+    # Not opened, nothing runs: shown is the execution its opening raised A for.
+    which = {RUNNING: "running", NOT_OPENED: "opening", FINISHED: "last"}.get(state, "next")
     try:
         if which == "next" and not pending:
             admission = next_admission(

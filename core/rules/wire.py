@@ -90,6 +90,10 @@ ANCESTOR_LABEL: Final = "trainer.kubeflow.org/trainjob-ancestor-step"
 ANCESTOR_TRAINER: Final = "trainer"
 TRAINER_CONTAINER: Final = "node"
 MPI_WORKER_JOB: Final = "node"
+# The TrainJob condition Trainer sets from spec.suspend at every reconcile, and the reason of
+# the Warning Event it posts when it cannot write the JobSet (core/rules/carried.py).
+TRAINER_SUSPENDED_CONDITION: Final = "Suspended"
+TRAINER_FAILED_REASON: Final = "TrainJobResourcesCreationFailed"
 
 # JobSet (JobSet's source).
 JOBSET_GROUP: Final = "jobset.x-k8s.io"

@@ -8,15 +8,18 @@ that takes no copy (v2.2.1) the tests that need one are skipped, as the cluster 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from pathlib import Path
+from typing import Any, Final
 
 import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dispatch_k8s.core.rules import wire
+from dispatch_k8s.core.rules import events, wire
+from dispatch_k8s.core.rules.errors import NotOpened
 from tests.cluster.wait import wait_until
+from tests.support.cluster_under_test import Cluster
 from tests.support.lifecycle import (
     DEADLINE,
     JOBSET,
@@ -27,9 +30,12 @@ from tests.support.lifecycle import (
     run_stage,
     start_args,
 )
+from tests.support.replicas import replicas
 from tests.support.shipped import TORCH_RUNTIME, documents
 
 pytestmark = [pytest.mark.integration, pytest.mark.policies("none")]
+# Trainer's words, from its Event, when JobSet refuses the JobSet it rebuilt (Trainer's source).
+TRAINER_REFUSED: Final = "TrainJob resources reconciliation failed"
 
 
 def snapshot_of(name: str) -> str:
@@ -198,3 +204,65 @@ def test_an_ignore_the_runtime_never_allowed_reaching_the_jobset_is_flagged(
         "must not be Ignore"
     ) in audited.error
     assert "changed since start checked it" not in audited.error, "the copy is as start saw it"
+
+
+def test_a_job_trainer_cannot_open_is_told_not_opened_by_unsuspend_status_and_the_auditor(
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    api_client: client.ApiClient,
+    control_plane: Cluster,
+    tmp_path: Path,
+) -> None:
+    """The snapshot of a suspended job edited (no policy refuses it here): Trainer rebuilds the
+    JobSet from the edited copy at the opening, and JobSet refuses the changed template as
+    immutable. The job is open, nothing runs: each of them says so, with Trainer's reason."""
+    started = step("start", *start_args(namespace, torch_runtime, "stuck"))
+    assert started.code == 0, started.error
+    name = started.result["name"]
+    target = ["--namespace", namespace, "--name", name]
+    snapshot = taken(api_client, namespace, name)
+    if snapshot is None:
+        pytest.skip("this Trainer builds from the runtime itself and takes no snapshot")
+    original = snapshot["data"][wire.RUNTIME_SNAPSHOT_KEY]
+    retried = original.replace("backoffLimit: 0", "backoffLimit: 6")
+    assert retried != original, original
+    client.CoreV1Api(api_client).patch_namespaced_config_map(
+        snapshot_of(name), namespace, {"data": {wire.RUNTIME_SNAPSHOT_KEY: retried}}
+    )
+
+    opened = run_stage(step, "unsuspend", *target)
+    assert opened.code == NotOpened.exit_code, opened.error
+    assert opened.error.startswith(
+        f"TrainJob {name} is not opened: Trainer reconciled it open but its JobSet {name} "
+        "is still suspended, so nothing runs: "
+    ), opened.error
+    assert TRAINER_REFUSED in opened.error
+    assert read_jobset(client.CustomObjectsApi(api_client), namespace, name)["spec"]["suspend"]
+    # Run again, the raise already applied: told again, not taken for done.
+    again = run_stage(step, "unsuspend", *target)
+    assert again.code == NotOpened.exit_code, again.error
+    assert TRAINER_REFUSED in again.error
+
+    shown = step("status", *target, "-o", "json")
+    assert shown.code == 0, shown.stderr
+    assert shown.result["state"] == "NotOpened"
+    assert TRAINER_REFUSED in shown.result["notOpened"]
+    assert shown.result["execution"]["which"] == "opening"
+    assert shown.result["execution"]["admission"] == 1
+
+    # The auditor tells it too (and flags the snapshot's change, a finding of its own).
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "auditor") as (auditor,):
+
+        def told() -> list[str] | None:
+            listed = client.CoreV1Api(api_client).list_namespaced_event(
+                namespace, field_selector=f"involvedObject.name={name},reason={events.NOT_OPENED}"
+            )
+            return [str(event.message) for event in listed.items] or None
+
+        messages = wait_until(told, what=f"the auditor's NotOpened Event on {name}", timeout=30)
+        assert len(messages) == 1, messages
+        assert messages[0].startswith(f"TrainJob {name} is not opened: ")
+        assert TRAINER_REFUSED in messages[0]
+        assert auditor.metric("dispatch_admission_unopened_trainjobs") == 1
+        assert auditor.stop() == 0

@@ -184,6 +184,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import wire
+from dispatch_k8s.core.rules.errors import NotOpened
 from tests.cluster import kube
 from tests.cluster.wait import wait_until
 from tests.support.cluster_under_test import Cluster
@@ -432,7 +433,8 @@ def _release(target: Target) -> None:
 
 def _release_stops_at_the_jobset(target: Target) -> None:
     """Released, Trainer cannot carry the edited runtime into the JobSet (JobSet refuses the
-    template change): the JobSet stays suspended and nothing runs, not even the first pod."""
+    template change): the JobSet stays suspended and nothing runs, not even the first pod;
+    unsuspend says so (exit 9), not taking its write for the opening."""
     core = client.CoreV1Api(target.admin)
     selector = "involvedObject.kind=TrainJob,reason=TrainJobResourcesCreationFailed"
 
@@ -441,7 +443,7 @@ def _release_stops_at_the_jobset(target: Target) -> None:
         return sum(int(event.get("count") or 1) for event in as_dict(listed)["items"])
 
     before = failures()
-    assert target.stage("unsuspend") == 0
+    assert target.stage("unsuspend") == NotOpened.exit_code
     wait_until(
         lambda: failures() > before or None,
         what="Trainer to fail to write the edited runtime into the JobSet",

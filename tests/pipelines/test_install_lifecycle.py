@@ -369,9 +369,11 @@ def test_an_upgrade_from_the_previous_bundle_keeps_a_running_job_identity(
         gated_once(controller, after)  # the restarted job needed no raise
         assert controller.stop() == 0
 
-    # Deleted in the background, not waited for: on Trainer v2.3.0 with the upstream controllers'
-    # own identities the foreground deletion of these two has been seen not to end within the
-    # deadline, cause not yet found (issue 44); the upgrade's assertions above do not need it.
+    # Deleted in the background, not waited for: Trainer makes the runtime snapshot and the JobSet
+    # of a TrainJob being deleted again at each reconcile (it does not look at the deletion), so a
+    # foreground deletion ends only when the garbage collector's check falls between a deletion
+    # and the next copy: not within the deadline here (docs/troubleshooting.md, issue 44). The
+    # upgrade's assertions above do not need it.
     for name in (running, after):
         custom.delete_namespaced_custom_object(
             *TRAINER, NAMESPACE, "trainjobs", name, propagation_policy="Background"

@@ -359,6 +359,12 @@ BEST_EFFORT: Final[dict[Rule, Callable[[Without], StepRun]]] = {
     ("", "events", "create"): lambda w: w.steps.as_identity(
         "unsuspend", *w.steps.admin_start("ev")
     ),
+    # Listed only for a job Trainer could not open (core/rules/carried.py), for Trainer's reason.
+    ("", "events", "list"): lambda w: w.steps.as_identity("unsuspend", *w.steps.admin_start("el")),
+}
+# What a step says it missed without the grant, where it missed anything on a job that opens.
+MISSED: Final[dict[Rule, str]] = {
+    ("", "events", "create"): "cannot record Event AdmissionRaised: 403",
 }
 
 
@@ -420,4 +426,4 @@ def test_without_a_best_effort_grant_the_step_still_works(
 ) -> None:
     run = run_without(denied, BEST_EFFORT[denied])
     assert run.code == 0, run.error
-    assert "cannot record Event AdmissionRaised: 403" in run.stderr
+    assert MISSED.get(denied, "") in run.stderr

@@ -68,7 +68,8 @@ class Answer:
 class Cluster:
     """An API server in a table: GETs answered from `objects`, writes answered as applied
     (a create given a uid and generation 1, the resourceVersion moved) and stored, except
-    under dryRun=All, which stores nothing; every request kept in `sent`."""
+    under dryRun=All, which stores nothing; every request kept in `sent`. A TrainJob opened
+    has its JobSet opened, as Trainer would."""
 
     configuration = SERVER
 
@@ -100,8 +101,16 @@ class Cluster:
                 **body,
                 "metadata": meta,
             }
+            self._trainer(path, body, meta)
         answer = json.dumps({**body, "metadata": meta}).encode()
         return Answer(201 if method == "POST" else 200, answer)
+
+    def _trainer(self, path: str, body: dict[str, Any], meta: dict[str, Any]) -> None:
+        """Trainer's part: a TrainJob opened gets its JobSet opened (unsuspend waits for it)."""
+        opened = kinds.TRAINJOB.path(meta.get("namespace"), meta["name"]) == path
+        if opened and body.get("spec", {}).get("suspend") is False:
+            jobset = {"metadata": {"name": meta["name"]}, "spec": {"suspend": False}}
+            self.objects[kinds.JOBSET.path(meta.get("namespace"), meta["name"])] = jobset
 
     def writes(self) -> list[Sent]:
         return [sent for sent in self.sent if sent.method != "GET"]

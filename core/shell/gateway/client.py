@@ -15,8 +15,14 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Unpack
 
-from dispatch_k8s.core.rules import events, shapes
-from dispatch_k8s.core.rules.errors import Expired, NotFound, PreconditionFailed, Transient
+from dispatch_k8s.core.rules import events, shapes, wire
+from dispatch_k8s.core.rules.errors import (
+    Expired,
+    Forbidden,
+    NotFound,
+    PreconditionFailed,
+    Transient,
+)
 from dispatch_k8s.core.shell.gateway import kinds, recorder
 from dispatch_k8s.core.shell.gateway.api_errors import (
     ATTEMPTS,
@@ -144,6 +150,7 @@ class Gateway:
         namespace: str | None,
         *,
         label_selector: str = "",
+        field_selector: str = "",
         rest: dict[str, Any] | None = None,
     ) -> Iterator[dict[str, Any]]:
         """LIST page by page (kubectl's page size), each item decoded and passed on alone.
@@ -163,6 +170,8 @@ class Gateway:
             query: list[tuple[str, str | int | bool]] = [("limit", PAGE_SIZE)]
             if label_selector:
                 query.append(("labelSelector", label_selector))
+            if field_selector:
+                query.append(("fieldSelector", field_selector))
             if token:
                 query.append(("continue", token))
             text = with_retries(
@@ -384,6 +393,18 @@ class Gateway:
         audit reads finished pods too (their J, their slot), so none would be exact.
         """
         return self.list_items(kinds.POD, namespace, label_selector=label_selector or "")
+
+    def list_trainer_failures(self, namespace: str, uid: str) -> list[dict[str, Any]]:
+        """LIST Trainer's Events that it could not write a TrainJob's JobSet, by the job's UID.
+
+        Read for their message alone (core/rules/carried.py), best effort: where these
+        credentials may not list Events, none (the reason then says it was not readable).
+        """
+        selector = f"involvedObject.uid={uid},reason={wire.TRAINER_FAILED_REASON}"
+        try:
+            return [*self.list_items(kinds.EVENT, namespace, field_selector=selector)]
+        except Forbidden:
+            return []
 
     def read_workload(self, namespace: str, name: str) -> dict[str, Any]:
         """GET one Workload."""

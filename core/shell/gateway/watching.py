@@ -68,11 +68,18 @@ def objects(events: Iterator[Event]) -> Iterator[dict[str, Any]]:
     return (obj for kind, obj in events if kind in (LISTED, "ADDED", "MODIFIED"))
 
 
-def poll(read: Callable[[], T], done: Callable[[T], bool], *, timeout: float, what: str) -> T:
-    """Read until `done` holds, every POLL_INTERVAL; Transient once `timeout` has passed."""
+def poll(
+    read: Callable[[], T],
+    done: Callable[[T], bool],
+    *,
+    timeout: float,
+    what: str,
+    interval: float = POLL_INTERVAL,
+) -> T:
+    """Read until `done` holds, every `interval`; Transient once `timeout` has passed."""
     deadline = time.monotonic() + timeout
     while not done(value := read()):
-        if time.monotonic() + POLL_INTERVAL > deadline:
+        if time.monotonic() + interval > deadline:
             raise Transient(f"still waiting for {what} after {timeout:g}s")
-        time.sleep(POLL_INTERVAL)
+        time.sleep(interval)
     return value

@@ -83,6 +83,7 @@ def exit_codes() -> list[tuple[int, str]]:
         errors.Forbidden,
         errors.Refused,
         errors.Foreign,
+        errors.NotOpened,
         errors.Transient,
     ):
         codes.append((error.exit_code, (error.__doc__ or "").strip().splitlines()[0]))

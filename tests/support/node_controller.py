@@ -14,13 +14,16 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 from kubernetes import client
 
+from release import dist
 from release.dist import DIST
 from tests.cluster import kube
 from tests.cluster.process import LOOPBACK, free_ports
+from tests.support import tools
 from tests.support.controller_identity import CONTROLLER, RBAC, SERVICE_ACCOUNT
 from tests.support.executions import on_the_node
 from tests.support.lifecycle import as_dict
@@ -29,6 +32,10 @@ from tests.support.shipped import documents
 SELECTOR: Final = "app.kubernetes.io/name=dispatch-admission-controller"
 INSTANCE_KEY: Final = "app.kubernetes.io/instance"
 BUNDLE: Final = DIST / "install-kueue.yaml"  # the bundle users install; the chart renders alike
+# What ships the controller's Deployment: the Kueue bundle and the chart with its default values.
+# dist/install.yaml and install-guard-only.yaml ship none (their pods are the steps' Jobs).
+CHART_DEFAULTS: Final = "chart"
+SOURCES: Final = (BUNDLE.name, CHART_DEFAULTS)
 # The shipped flags that take a listen address, HOST:PORT.
 LISTEN_FLAGS: Final = ("--address", "--metrics-address")
 
@@ -120,6 +127,18 @@ def pod_of(deployment: dict[str, Any], name: str) -> dict[str, Any]:
 def shipped_deployment() -> dict[str, Any]:
     """The admission controller's Deployment as dist/ ships it."""
     (deployment,) = [d for d in documents(BUNDLE) if d["kind"] == "Deployment"]
+    return deployment
+
+
+def rendered_deployment(source: str, *, work: Path) -> dict[str, Any]:
+    """The admission controller's Deployment as `source` (one of SOURCES) ships it: a bundle of
+    dist/ as checked in, or `helm template` of the chart with its default values (helm's
+    home under `work`)."""
+    if source == CHART_DEFAULTS:
+        objects = dist.objects(tools.template([], home=work / "helm"))
+    else:
+        objects = dist.objects((DIST / source).read_text())
+    (deployment,) = [d for d in objects if d["kind"] == "Deployment"]
     return deployment
 
 

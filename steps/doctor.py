@@ -208,7 +208,7 @@ def _probes(probing: Gateway, namespace: str) -> Iterator[Check]:
 def _admission_check(gateway: Gateway, name: str, controller: doctor.Ref | None) -> Check:
     if not gateway.served_resources(wire.KUEUE_GROUP, wire.KUEUE_VERSION):
         return doctor.check_admission_check(None, [], name=name)
-    found = gateway.find(kinds.ADMISSION_CHECK, None, name)
+    found = doctor.find_admission_check(gateway.list_items(kinds.ADMISSION_CHECK, None), name)
     queues = list(gateway.list_items(kinds.CLUSTER_QUEUE, None)) if found is not None else []
     return doctor.check_admission_check(found, queues, name=name, controller=controller)
 

@@ -382,6 +382,22 @@ def check_probe(
     )
 
 
+def find_admission_check(checks: Iterable[Mapping[str, Any]], name: str) -> dict[str, Any] | None:
+    """This project's AdmissionCheck `name`, or under an overlay's namePrefix.
+
+    Only a check whose controllerName is this project's is one; None when there is none.
+    """
+    ours = [
+        dict(c)
+        for c in checks
+        if shapes.at(c, "spec").get("controllerName") == wire.ADMISSION_CHECK_CONTROLLER
+        and str(shapes.mapping(c.get("metadata")).get("name", "")).endswith(name)
+    ]
+    named = [c for c in ours if c["metadata"]["name"] == name]
+    found = named or sorted(ours, key=lambda c: str(c["metadata"]["name"]))
+    return found[0] if found else None
+
+
 def check_admission_check(
     check: Mapping[str, Any] | None,
     cluster_queues: Iterable[Mapping[str, Any]],
@@ -399,6 +415,7 @@ def check_admission_check(
             status=PASS,
             found=f"no AdmissionCheck {name}: plain mode, or Kueue without the dispatch check",
         )
+    name = str(shapes.mapping(check.get("metadata")).get("name") or name)
     conditions = shapes.mappings(shapes.at(check, "status").get("conditions"))
     active = any(c.get("type") == "Active" and c.get("status") == "True" for c in conditions)
     queues = sorted(

@@ -40,10 +40,10 @@ def finds_the_install(
     api: client.ApiClient, kubeconfig: Path, namespace: str, *, prefix: str = ""
 ) -> None:
     """dispatch-doctor finds an install moved to `namespace`, its names with `prefix` (a user's
-    overlay, or the chart's release namespace): its policies, the path guard's parameters and
-    the controller's Deployment there, not missing from dispatch-system. A JobSet Deployment
-    in `namespace` (replicas 0), as an identity the guard does not trust, fails with the patch
-    of that ConfigMap, and the patch works."""
+    overlay, or the chart's release namespace): its policies, the path guard's parameters, its
+    AdmissionCheck and the controller's Deployment there, not missing from dispatch-system. A
+    JobSet Deployment in `namespace` (replicas 0), as an identity the guard does not trust,
+    fails with the patch of that ConfigMap, and the patch works."""
     controller = f"{prefix}{doctor.CONTROLLER}"
     parameters = f"{prefix}{doctor.CONTROLLERS_CONFIG_MAP}"
     labels = {"app": "jobset-doctor"}
@@ -73,6 +73,9 @@ def finds_the_install(
         row = rows["controller"]  # no node: none of its replicas is ready
         assert row["found"].startswith(f"{namespace}/{controller}: 0 of "), row
         assert row["fix"] == f"kubectl -n {namespace} logs deployment/{controller}", row
+        row = rows["admission-check"]  # nothing keeps it Active: the controller is not ready
+        assert row["found"].startswith(f"AdmissionCheck {prefix}dispatch-admission is not "), row
+        assert row["fix"].startswith(f"kubectl -n {namespace} get deployment {controller} "), row
         row = rows["identity/jobset"]
         assert f"{namespace}/{parameters} does not list under jobset" in row["found"], row
         words = shlex.split(row["fix"])

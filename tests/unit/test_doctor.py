@@ -13,7 +13,7 @@ from typing import Any, Final
 import pytest
 import yaml
 
-from dispatch_k8s.core.rules import doctor
+from dispatch_k8s.core.rules import doctor, wire
 
 REPO: Final = Path(__file__).resolve().parents[2]
 JOBSET: Final = next(c for c in doctor.COMPONENTS if c.key == "jobset")
@@ -259,6 +259,23 @@ def test_the_controller_is_found_by_its_pods_label_and_its_lease_as_its_settings
     assert judged.status == doctor.FAIL
     assert judged.found.startswith("team-x/p-dispatch-admission-controller: 0 of 2")
     assert judged.fix == "kubectl -n team-x logs deployment/p-dispatch-admission-controller"
+
+
+def test_the_admission_check_is_found_under_a_name_prefix_by_its_controller_name() -> None:
+    def check(name: str, controller: str) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "spec": {"controllerName": controller}}
+
+    ours, theirs = (
+        check("p-dispatch-admission", wire.ADMISSION_CHECK_CONTROLLER),
+        check("dispatch-admission", "example.com/other"),
+    )
+    assert doctor.find_admission_check([theirs, ours], "dispatch-admission") == ours
+    assert doctor.find_admission_check([theirs], "dispatch-admission") is None
+    judged = doctor.check_admission_check(
+        ours, [], name="dispatch-admission", controller=doctor.Ref(namespace="x", name="p-c")
+    )
+    assert judged.found.startswith("AdmissionCheck p-dispatch-admission is not Active")
+    assert judged.fix.startswith("kubectl -n x get deployment p-c ")
 
 
 def test_policies_installed_under_a_name_prefix_are_found() -> None:

@@ -121,74 +121,83 @@ def test_the_shipped_controller_pod_runs_as_shipped_leads_gates_flags_and_serves
                 return dict(pod)
         return None
 
-    kube.apply(api_client, deployment, namespace=namespace)
-    try:
-        pod = wait_until(lambda: scheduled_pod(False), what="the pod scheduled", timeout=DEADLINE)
-        found = pod_spec_differences(api_client, namespace, shipped, pod)
-        assert {path: ran for path, (_, ran) in found.items()} == {
-            "hostNetwork": True,
-            "nodeName": pod["spec"]["nodeName"],
-            "tolerations": [TOLERATION, *(found["tolerations"][0] or [])],
-            "containers[0].args[0]": f"--address={LOOPBACK}:{listeners.probes}",
-            "containers[0].args[1]": f"--metrics-address={LOOPBACK}:{listeners.metrics}",
-            "containers[0].env": [*found["containers[0].env"][0], *loopback_api_env(api)],
-            "containers[0].ports[0].containerPort": listeners.probes,
-            "containers[0].ports[0].hostPort": listeners.probes,
-            "containers[0].ports[1].containerPort": listeners.metrics,
-            "containers[0].ports[1].hostPort": listeners.metrics,
-            "containers[0].livenessProbe.httpGet.host": LOOPBACK,
-            "containers[0].readinessProbe.httpGet.host": LOOPBACK,
-        }, f"only what the node forces differs from the shipped pod: {sorted(found)}"
+    # The reader's binding made first: a scrape refused while it reaches the authorizer is
+    # remembered for a minute.
+    with metrics_reader(api_client, namespace) as token:
+        kube.apply(api_client, deployment, namespace=namespace)
         try:
-            pod = wait_until(lambda: scheduled_pod(True), what="the pod Ready", timeout=DEADLINE)
-        except AssertionError as e:
-            raise AssertionError(f"{e}: {replica_states(core, namespace)}") from None
-        name = pod["metadata"]["name"]
-        assert (
-            wait_until(
-                lambda: lease_holder(api_client, namespace), what="a leader", timeout=DEADLINE
+            pod = wait_until(
+                lambda: scheduled_pod(False), what="the pod scheduled", timeout=DEADLINE
             )
-            == name
-        )
-        # A reservation gated by the pod: it approves the AdmissionCheck and raises A.
-        gated = start_queued(step, namespace, torch_runtime, kueue, "gated").result["name"]
-        assert check_state(admitted(custom, namespace, gated), kueue.check) == "Ready"
-        annotations = read_trainjob(custom, namespace, gated)["metadata"]["annotations"]
-        assert annotations[wire.ADMISSION_FLOOR_ANNOTATION] == "1", gated
-        # A bypass flagged by the pod's auditor: a member opens a job with no raise of A.
-        started = step("start", *start_args(namespace, torch_runtime, "bypass"))
-        assert started.code == 0, started.error
-        bypass = started.result["name"]
-        client.CustomObjectsApi(member).patch_namespaced_custom_object(
-            *TRAINER, namespace, "trainjobs", bypass, {"spec": {"suspend": False}}
-        )
+            found = pod_spec_differences(api_client, namespace, shipped, pod)
+            assert {path: ran for path, (_, ran) in found.items()} == {
+                "hostNetwork": True,
+                "nodeName": pod["spec"]["nodeName"],
+                "tolerations": [TOLERATION, *(found["tolerations"][0] or [])],
+                "containers[0].args[0]": f"--address={LOOPBACK}:{listeners.probes}",
+                "containers[0].args[1]": f"--metrics-address={LOOPBACK}:{listeners.metrics}",
+                "containers[0].env": [*found["containers[0].env"][0], *loopback_api_env(api)],
+                "containers[0].ports[0].containerPort": listeners.probes,
+                "containers[0].ports[0].hostPort": listeners.probes,
+                "containers[0].ports[1].containerPort": listeners.metrics,
+                "containers[0].ports[1].hostPort": listeners.metrics,
+                "containers[0].livenessProbe.httpGet.host": LOOPBACK,
+                "containers[0].readinessProbe.httpGet.host": LOOPBACK,
+            }, f"only what the node forces differs from the shipped pod: {sorted(found)}"
+            try:
+                pod = wait_until(
+                    lambda: scheduled_pod(True), what="the pod Ready", timeout=DEADLINE
+                )
+            except AssertionError as e:
+                raise AssertionError(f"{e}: {replica_states(core, namespace)}") from None
+            name = pod["metadata"]["name"]
+            assert (
+                wait_until(
+                    lambda: lease_holder(api_client, namespace), what="a leader", timeout=DEADLINE
+                )
+                == name
+            )
+            # A reservation gated by the pod: it approves the AdmissionCheck and raises A.
+            gated = start_queued(step, namespace, torch_runtime, kueue, "gated").result["name"]
+            assert check_state(admitted(custom, namespace, gated), kueue.check) == "Ready"
+            annotations = read_trainjob(custom, namespace, gated)["metadata"]["annotations"]
+            assert annotations[wire.ADMISSION_FLOOR_ANNOTATION] == "1", gated
+            # A bypass flagged by the pod's auditor: a member opens a job with no raise of A.
+            started = step("start", *start_args(namespace, torch_runtime, "bypass"))
+            assert started.code == 0, started.error
+            bypass = started.result["name"]
+            client.CustomObjectsApi(member).patch_namespaced_custom_object(
+                *TRAINER, namespace, "trainjobs", bypass, {"spec": {"suspend": False}}
+            )
 
-        def cause() -> str | None:
-            job = read_trainjob(custom, namespace, bypass)
-            found = (job["metadata"].get("annotations") or {}).get(wire.FOREIGN_CAUSE_ANNOTATION)
-            return found if found and UNRAISED in found else None
+            def cause() -> str | None:
+                job = read_trainjob(custom, namespace, bypass)
+                found = (job["metadata"].get("annotations") or {}).get(
+                    wire.FOREIGN_CAUSE_ANNOTATION
+                )
+                return found if found and UNRAISED in found else None
 
-        wait_until(cause, what=f"the pod's auditor to flag {bypass}", timeout=DEADLINE)
-        # As servicemonitor.yaml scrapes: https, the certificate not verified, the bearer a
-        # token of a ServiceAccount bound to metrics-reader.yaml's ClusterRole.
-        with metrics_reader(api_client, namespace) as token:
+            wait_until(cause, what=f"the pod's auditor to flag {bypass}", timeout=DEADLINE)
+            # As servicemonitor.yaml scrapes: https, the certificate not verified, the bearer a
+            # token of a ServiceAccount bound to metrics-reader.yaml's ClusterRole.
 
             def scraped() -> bytes | None:
                 status, body, _ = secure_get(listeners.metrics, "/metrics", token)
                 return body if status == 200 else None
 
-            # A 403 while the binding reaches the authorizer is remembered for a minute.
             body = wait_until(scraped, what="the reader's scrape over TLS", timeout=90)
-        assert b"dispatch_admission_leader 1.0" in body
-        finding = f'kind="unraised-opening",namespace="{namespace}"'.encode()
-        assert any(
-            line.startswith(b"dispatch_admission_findings_total{") and finding in line
-            for line in body.splitlines()
-        ), "the flag counted where Prometheus reads it"
-    finally:
-        kube.delete(api_client, deployment, namespace=namespace)
-        wait_until(
-            lambda: not core.list_namespaced_pod(namespace, label_selector=selector).items or None,
-            what="the shipped pod gone: it gates every namespace",
-            timeout=DEADLINE,
-        )
+            assert b"dispatch_admission_leader 1.0" in body
+            finding = f'kind="unraised-opening",namespace="{namespace}"'.encode()
+            assert any(
+                line.startswith(b"dispatch_admission_findings_total{") and finding in line
+                for line in body.splitlines()
+            ), "the flag counted where Prometheus reads it"
+        finally:
+            kube.delete(api_client, deployment, namespace=namespace)
+            wait_until(
+                lambda: (
+                    not core.list_namespaced_pod(namespace, label_selector=selector).items or None
+                ),
+                what="the shipped pod gone: it gates every namespace",
+                timeout=DEADLINE,
+            )

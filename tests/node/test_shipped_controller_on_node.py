@@ -1,12 +1,13 @@
 """The shipped controller Deployment's pod on the real node as it ships: the image, command,
-args, env, securityContext, probes, resources and volumes of what ships it (dist/install-kueue.yaml
-and the chart with its default values; dist/install.yaml ships no controller), as the shipped
-ServiceAccount, gating every namespace. Only node_controller.shipped_on_the_node changes it,
-where the node forces it; the pod that ran is compared with the one the shipped template makes,
-and any other difference fails. Through that pod: the Lease taken, /metrics scraped over TLS
-with a ServiceAccount token as pipelines/monitoring/servicemonitor.yaml tells Prometheus to, a
-Kueue reservation gated (the AdmissionCheck approved and A raised by the pod), and a TrainJob
-opened by hand flagged by its continuous auditor."""
+args, env, securityContext, probes, resources and volumes of dist/install-kueue.yaml, whose
+Deployment the chart's default values render alike (checked here; dist/install.yaml ships no
+controller), as the shipped ServiceAccount, gating every namespace. Only
+node_controller.shipped_on_the_node changes it, where the node forces it; the pod that ran is
+compared with the one the shipped template makes, and any other difference fails. Through that
+pod: the Lease taken, /metrics scraped over TLS with a ServiceAccount token as
+pipelines/monitoring/servicemonitor.yaml tells Prometheus to, a Kueue reservation gated (the
+AdmissionCheck approved and A raised by the pod), and a TrainJob opened by hand flagged by its
+continuous auditor, the flag counted in /metrics."""
 
 from __future__ import annotations
 
@@ -38,12 +39,12 @@ from tests.support.lifecycle import (
 )
 from tests.support.node_controller import (
     INSTANCE_KEY,
-    SOURCES,
     Listeners,
+    chart_deployment,
     lease_holder,
     pod_of,
-    rendered_deployment,
     replica_states,
+    shipped_deployment,
     shipped_on_the_node,
 )
 from tests.support.replicas import admitted, secure_get
@@ -86,11 +87,9 @@ def pod_spec_differences(
     return differences(comparable(made["spec"]), comparable(ran["spec"]))
 
 
-@pytest.mark.parametrize("source", SOURCES)
 # No policies in the test's namespace: the opening by hand is to reach the auditor, not the guard.
 @pytest.mark.policies("none")
 def test_the_shipped_controller_pod_runs_as_shipped_leads_gates_flags_and_serves_metrics(
-    source: str,
     controller_identity: StepIdentity,
     control_plane: Cluster,
     api_client: client.ApiClient,
@@ -104,7 +103,11 @@ def test_the_shipped_controller_pod_runs_as_shipped_leads_gates_flags_and_serves
     tmp_path: Path,
 ) -> None:
     kueue.install(cpu="8")
-    shipped = rendered_deployment(source, work=tmp_path)
+    shipped = shipped_deployment()
+    # The chart's default values make the same pods: this one pod is both installs' (one run,
+    # not two, on the node).
+    charted = chart_deployment(tmp_path)
+    assert charted["spec"] == shipped["spec"], "the chart's default Deployment is the bundle's"
     (container,) = shipped["spec"]["template"]["spec"]["containers"]
     assert container["image"] == step_image_on_node, "the image the Deployment names"
     listeners, api = Listeners.free(), api_port(control_plane.kubeconfig)

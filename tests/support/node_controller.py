@@ -32,10 +32,6 @@ from tests.support.shipped import documents
 SELECTOR: Final = "app.kubernetes.io/name=dispatch-admission-controller"
 INSTANCE_KEY: Final = "app.kubernetes.io/instance"
 BUNDLE: Final = DIST / "install-kueue.yaml"  # the bundle users install; the chart renders alike
-# What ships the controller's Deployment: the Kueue bundle and the chart with its default values.
-# dist/install.yaml and install-guard-only.yaml ship none (their pods are the steps' Jobs).
-CHART_DEFAULTS: Final = "chart"
-SOURCES: Final = (BUNDLE.name, CHART_DEFAULTS)
 # The shipped flags that take a listen address, HOST:PORT.
 LISTEN_FLAGS: Final = ("--address", "--metrics-address")
 
@@ -130,15 +126,12 @@ def shipped_deployment() -> dict[str, Any]:
     return deployment
 
 
-def rendered_deployment(source: str, *, work: Path) -> dict[str, Any]:
-    """The admission controller's Deployment as `source` (one of SOURCES) ships it: a bundle of
-    dist/ as checked in, or `helm template` of the chart with its default values (helm's
-    home under `work`)."""
-    if source == CHART_DEFAULTS:
-        objects = dist.objects(tools.template([], home=work / "helm"))
-    else:
-        objects = dist.objects((DIST / source).read_text())
-    (deployment,) = [d for d in objects if d["kind"] == "Deployment"]
+def chart_deployment(work: Path) -> dict[str, Any]:
+    """The admission controller's Deployment as `helm template` renders the chart with its
+    default values (helm's home under `work`)."""
+    (deployment,) = [
+        d for d in dist.objects(tools.template([], home=work / "helm")) if d["kind"] == "Deployment"
+    ]
     return deployment
 
 

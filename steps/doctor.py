@@ -33,7 +33,6 @@ from dispatch_k8s.core.shell.settings import (
 
 STEP: Final = "doctor"
 PROBE: Final = "dispatch-doctor-probe"
-CONTROLLER: Final = "dispatch-admission-controller"
 
 
 class DoctorSettings(ClusterSettings):
@@ -87,25 +86,37 @@ def run(settings: DoctorSettings) -> list[Check]:
     served = gateway.served_resources("admissionregistration.k8s.io", "v1")
     checks = [doctor.check_admission_apis(served)]
     deployments = list(gateway.list_items(kinds.DEPLOYMENT, None))
-    config_map = gateway.find(
-        kinds.CONFIG_MAP, doctor.CONTROLLERS_NAMESPACE, doctor.CONTROLLERS_CONFIG_MAP
+    # The install wherever an overlay or the chart's release put it: the ConfigMap the path
+    # guard's bindings name, the controller's Deployments by their pods' label.
+    bindings = (
+        list(gateway.list_items(kinds.VALIDATING_POLICY_BINDING, None))
+        if "validatingadmissionpolicybindings" in served
+        else []
     )
+    parameters = doctor.parameters_ref(bindings)
+    config_map = gateway.find(kinds.CONFIG_MAP, parameters.namespace, parameters.name)
     for component in doctor.COMPONENTS:
         found = doctor.find_deployments(component, deployments)
         crd = gateway.find(kinds.CUSTOM_RESOURCE_DEFINITION, None, component.crd)
         checks.append(
             doctor.check_component(component, crd_found=crd is not None, deployments=found)
         )
-        identity = doctor.check_identity(component, config_map, found)
+        identity = doctor.check_identity(component, config_map, found, parameters=parameters)
         if identity is not None:
             checks.append(identity)
     if "validatingadmissionpolicies" in served:
-        checks.append(_installed(gateway, mutating="mutatingadmissionpolicies" in served))
+        bound = [str(b["metadata"]["name"]) for b in bindings]
+        checks.append(_installed(gateway, bound, mutating="mutatingadmissionpolicies" in served))
         checks.extend(_probes(probing, namespace))
-    checks.append(_admission_check(gateway, settings.check))
-    controller = gateway.find(kinds.DEPLOYMENT, doctor.CONTROLLERS_NAMESPACE, CONTROLLER)
-    lease = gateway.find(kinds.LEASE, doctor.CONTROLLERS_NAMESPACE, CONTROLLER)
-    checks.append(doctor.check_controller(controller, lease, now=time.time()))
+    controllers = doctor.controller_deployments(deployments)
+    keeper = doctor.deployment_ref(controllers[0]) if controllers else None
+    checks.append(_admission_check(gateway, settings.check, keeper))
+    if not controllers:
+        checks.append(doctor.check_controller(None, None, now=time.time()))
+    for controller in controllers:
+        where = doctor.lease_ref(controller)
+        lease = gateway.find(kinds.LEASE, where.namespace, where.name)
+        checks.append(doctor.check_controller(controller, lease, now=time.time()))
     checks.append(_step_access(gateway, namespace, settings.service_account))
     return checks
 
@@ -114,10 +125,10 @@ def _names(gateway: Gateway, kind: kinds.Kind) -> list[str]:
     return [str(item["metadata"]["name"]) for item in gateway.list_items(kind, None)]
 
 
-def _installed(gateway: Gateway, *, mutating: bool) -> Check:
+def _installed(gateway: Gateway, bindings: list[str], *, mutating: bool) -> Check:
     return doctor.check_policies_installed(
         _names(gateway, kinds.VALIDATING_POLICY),
-        _names(gateway, kinds.VALIDATING_POLICY_BINDING),
+        bindings,
         _names(gateway, kinds.MUTATING_POLICY) if mutating else [],
         _names(gateway, kinds.MUTATING_POLICY_BINDING) if mutating else [],
         mutating_served=mutating,
@@ -194,12 +205,12 @@ def _probes(probing: Gateway, namespace: str) -> Iterator[Check]:
             yield doctor.check_probe(name, rule, None, namespace=namespace)
 
 
-def _admission_check(gateway: Gateway, name: str) -> Check:
+def _admission_check(gateway: Gateway, name: str, controller: doctor.Ref | None) -> Check:
     if not gateway.served_resources(wire.KUEUE_GROUP, wire.KUEUE_VERSION):
         return doctor.check_admission_check(None, [], name=name)
-    found = gateway.find(kinds.ADMISSION_CHECK, None, name)
+    found = doctor.find_admission_check(gateway.list_items(kinds.ADMISSION_CHECK, None), name)
     queues = list(gateway.list_items(kinds.CLUSTER_QUEUE, None)) if found is not None else []
-    return doctor.check_admission_check(found, queues, name=name)
+    return doctor.check_admission_check(found, queues, name=name, controller=controller)
 
 
 def _step_access(gateway: Gateway, namespace: str, account: str) -> Check:

@@ -22,6 +22,17 @@ FAIL: Final = "fail"
 
 CONTROLLERS_CONFIG_MAP: Final = "dispatch-k8s-controllers"
 CONTROLLERS_NAMESPACE: Final = "dispatch-system"
+# The admission controller: its Deployment's name as shipped, the app.kubernetes.io/name label
+# every bundle and the chart give its pods (an overlay's namePrefix and the chart's release
+# leave labels alone), and its Lease's name unless --lease-name says another.
+CONTROLLER: Final = "dispatch-admission-controller"
+NAME_LABEL: Final = "app.kubernetes.io/name"
+LEASE_NAME_FLAG: Final = "--lease-name"
+LEASE_NAMESPACE_FLAG: Final = "--lease-namespace"
+LEASE_ENV: Final = {
+    "DISPATCH_LEASE_NAME": LEASE_NAME_FLAG,
+    "DISPATCH_LEASE_NAMESPACE": LEASE_NAMESPACE_FLAG,
+}
 STEPS_SERVICE_ACCOUNT: Final = "dispatch-steps"
 ADMISSION_GROUP_VERSION: Final = "admissionregistration.k8s.io/v1"
 CHECK_FAILED: Final = 8  # the preflight's own exit code: a check failed (docs/cli.md)
@@ -39,6 +50,20 @@ class Check:
     def as_record(self) -> dict[str, str]:
         """The row as printed by -o json and -o yaml."""
         return {"check": self.name, "status": self.status, "found": self.found, "fix": self.fix}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ref:
+    """A namespaced object's place: where an install put it."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+SHIPPED_PARAMETERS: Final = Ref(namespace=CONTROLLERS_NAMESPACE, name=CONTROLLERS_CONFIG_MAP)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -230,14 +255,36 @@ def trusted(config_map: Mapping[str, Any] | None, key: str) -> list[str]:
     return [line.strip() for line in str(data.get(key, "")).splitlines() if line.strip()]
 
 
+def parameters_ref(bindings: Iterable[Mapping[str, Any]]) -> Ref:
+    """Where the path guard reads whom it trusts: the ConfigMap its bindings name.
+
+    Their paramRef follows an overlay's namespace and namePrefix and the chart's release
+    namespace; the shipped place when no binding names one (the first, by namespace and name,
+    if several do).
+    """
+    named = sorted(
+        (str(ref.get("namespace")), str(ref.get("name")))
+        for binding in bindings
+        if (ref := shapes.at(binding, "spec", "paramRef")).get("namespace")
+        and str(ref.get("name", "")).endswith(CONTROLLERS_CONFIG_MAP)
+    )
+    if not named:
+        return SHIPPED_PARAMETERS
+    namespace, name = named[0]
+    return Ref(namespace=namespace, name=name)
+
+
 def check_identity(
     component: Component,
     config_map: Mapping[str, Any] | None,
     deployments: Sequence[Mapping[str, Any]],
+    *,
+    parameters: Ref = SHIPPED_PARAMETERS,
 ) -> Check | None:
     """Whether the path guard trusts the identity the component actually runs as.
 
-    None when there is nothing to compare (no Deployment found).
+    `config_map` is the one at `parameters`, None when it is missing. None when there is
+    nothing to compare (no Deployment found).
     """
     if not deployments:
         return None
@@ -246,10 +293,13 @@ def check_identity(
         return Check(
             name=name,
             status=FAIL,
-            found=f"ConfigMap {CONTROLLERS_NAMESPACE}/{CONTROLLERS_CONFIG_MAP} is missing: the "
-            "path guard refuses every edit it matches, the controllers' own included",
+            found=f"ConfigMap {parameters} is missing: the path guard refuses every edit it "
+            "matches, the controllers' own included",
             fix="kubectl apply -f pipelines/controller/00-namespace.yaml "
-            "-f pipelines/policies/controllers.yaml",
+            "-f pipelines/policies/controllers.yaml"
+            if parameters == SHIPPED_PARAMETERS
+            else f"apply your install again: it makes ConfigMap {parameters}, which the path "
+            "guard's bindings name",
         )
     listed = trusted(config_map, component.key)
     actual = sorted({deployment_identity(d) for d in deployments})
@@ -269,9 +319,9 @@ def check_identity(
         name=name,
         status=status,
         found=f"{component.title} runs as {', '.join(missing)}, which "
-        f"{CONTROLLERS_CONFIG_MAP} does not list under {component.key} "
+        f"{parameters} does not list under {component.key} "
         f"({', '.join(listed) or 'nothing'}): the path guard refuses its writes",
-        fix=f"kubectl -n {CONTROLLERS_NAMESPACE} patch configmap {CONTROLLERS_CONFIG_MAP} "
+        fix=f"kubectl -n {parameters.namespace} patch configmap {parameters.name} "
         f"--type merge -p {shlex.quote(json.dumps(patch))}",
     )
 
@@ -290,7 +340,11 @@ def check_policies_installed(
     if mutating_served:
         expected += [("MutatingAdmissionPolicy", p, set(mutating)) for p in MUTATING_POLICIES]
         expected += [("binding", p, set(mutating_bindings)) for p in MUTATING_POLICIES]
-    missing = [f"{what} {name}" for what, name, installed in expected if name not in installed]
+    missing = [
+        f"{what} {name}"
+        for what, name, installed in expected
+        if not any(i.endswith(name) for i in installed)  # an overlay's namePrefix kept
+    ]
     if not missing:
         return Check(name="policies", status=PASS, found="every policy and binding is installed")
     return Check(
@@ -332,16 +386,40 @@ def check_probe(
     )
 
 
+def find_admission_check(checks: Iterable[Mapping[str, Any]], name: str) -> dict[str, Any] | None:
+    """This project's AdmissionCheck `name`, or under an overlay's namePrefix.
+
+    Only a check whose controllerName is this project's is one; None when there is none.
+    """
+    ours = [
+        dict(c)
+        for c in checks
+        if shapes.at(c, "spec").get("controllerName") == wire.ADMISSION_CHECK_CONTROLLER
+        and str(shapes.mapping(c.get("metadata")).get("name", "")).endswith(name)
+    ]
+    named = [c for c in ours if c["metadata"]["name"] == name]
+    found = named or sorted(ours, key=lambda c: str(c["metadata"]["name"]))
+    return found[0] if found else None
+
+
 def check_admission_check(
-    check: Mapping[str, Any] | None, cluster_queues: Iterable[Mapping[str, Any]], *, name: str
+    check: Mapping[str, Any] | None,
+    cluster_queues: Iterable[Mapping[str, Any]],
+    *,
+    name: str,
+    controller: Ref | None = None,
 ) -> Check:
-    """The AdmissionCheck: present, Active, and which ClusterQueues list it."""
+    """The AdmissionCheck: present, Active, and which ClusterQueues list it.
+
+    `controller` is the Deployment that keeps it Active, where one was found.
+    """
     if check is None:
         return Check(
             name="admission-check",
             status=PASS,
             found=f"no AdmissionCheck {name}: plain mode, or Kueue without the dispatch check",
         )
+    name = str(shapes.mapping(check.get("metadata")).get("name") or name)
     conditions = shapes.mappings(shapes.at(check, "status").get("conditions"))
     active = any(c.get("type") == "Active" and c.get("status") == "True" for c in conditions)
     queues = sorted(
@@ -350,13 +428,14 @@ def check_admission_check(
         if name in _listed_checks(q)
     )
     if not active:
+        where = controller or Ref(namespace=CONTROLLERS_NAMESPACE, name=CONTROLLER)
         return Check(
             name="admission-check",
             status=FAIL,
             found=f"AdmissionCheck {name} is not Active: the ClusterQueues that list it "
             f"({', '.join(queues) or 'none'}) admit nothing",
-            fix=f"kubectl -n {CONTROLLERS_NAMESPACE} get deployment "
-            "dispatch-admission-controller (it keeps the check Active)",
+            fix=f"kubectl -n {where.namespace} get deployment {where.name} "
+            "(it keeps the check Active)",
         )
     if not queues:
         return Check(
@@ -371,6 +450,50 @@ def check_admission_check(
         status=PASS,
         found=f"AdmissionCheck {name} is Active; listed by {', '.join(queues)}",
     )
+
+
+def controller_deployments(deployments: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The admission controller's Deployments, in any namespace and under any name.
+
+    Found by the label every bundle and the chart give their pods.
+    """
+    return [
+        dict(d)
+        for d in deployments
+        if shapes.at(d, "spec", "template", "metadata", "labels").get(NAME_LABEL) == CONTROLLER
+    ]
+
+
+def deployment_ref(deployment: Mapping[str, Any]) -> Ref:
+    """Where a Deployment is."""
+    meta = shapes.mapping(deployment.get("metadata"))
+    return Ref(namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")))
+
+
+def lease_ref(deployment: Mapping[str, Any]) -> Ref:
+    """The Lease the controller's replicas contend for, as their settings resolve it.
+
+    The container's --lease-name and --lease-namespace args, else its DISPATCH_LEASE_NAME and
+    DISPATCH_LEASE_NAMESPACE env (the pod's own namespace by the Downward API, as shipped),
+    else the controller's defaults.
+    """
+    pod_namespace = deployment_ref(deployment).namespace
+    found = {LEASE_NAMESPACE_FLAG: CONTROLLERS_NAMESPACE, LEASE_NAME_FLAG: CONTROLLER}
+    for container in _containers(deployment):
+        for env in shapes.mappings(container.get("env")):
+            flag = LEASE_ENV.get(str(env.get("name")))
+            field = shapes.at(env, "valueFrom", "fieldRef").get("fieldPath")
+            value = env.get("value")
+            if flag and isinstance(value, str) and value:
+                found[flag] = value
+            elif flag == LEASE_NAMESPACE_FLAG and field == "metadata.namespace":
+                found[flag] = pod_namespace
+        args = [str(a) for a in container.get("args") or []]
+        for index, arg in enumerate(args):  # the command line over the environment
+            flag, equals, value = arg.partition("=")
+            if flag in found:
+                found[flag] = value if equals else "".join(args[index + 1 : index + 2])
+    return Ref(namespace=found[LEASE_NAMESPACE_FLAG], name=found[LEASE_NAME_FLAG])
 
 
 def check_controller(
@@ -393,7 +516,8 @@ def check_controller(
     renewed = _seconds(spec.get("renewTime"))
     duration = float(spec.get("leaseDurationSeconds") or 0)
     held = bool(holder) and renewed is not None and renewed + duration >= now
-    found = f"{ready} of {wanted} replicas ready; Lease " + (
+    where = deployment_ref(deployment)
+    found = f"{where}: {ready} of {wanted} replicas ready; Lease " + (
         f"held by {holder}" if held else "not held"
     )
     if ready == 0 or not held:
@@ -401,7 +525,7 @@ def check_controller(
             name="controller",
             status=FAIL,
             found=found,
-            fix=f"kubectl -n {CONTROLLERS_NAMESPACE} logs deployment/dispatch-admission-controller",
+            fix=f"kubectl -n {where.namespace} logs deployment/{where.name}",
         )
     return Check(name="controller", status=PASS if ready == wanted else WARN, found=found)
 

@@ -3,10 +3,8 @@ each check failing, with a fix that works, on a cluster broken that way."""
 
 from __future__ import annotations
 
-import json
 import secrets
 import shlex
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,36 +15,17 @@ from kubernetes import client
 from dispatch_k8s.core.rules import doctor
 from tests.cluster import kube
 from tests.support.cluster_under_test import Cluster
-from tests.support.environment import host_env
+from tests.support.diagnosed import diagnosed
 from tests.support.kubectl import run_kubectl
-from tests.support.lifecycle import BIN
 from tests.support.step_identity import identity_objects
 
 pytestmark = pytest.mark.integration
 
 
-def diagnosed(cluster: Cluster, namespace: str) -> tuple[int, dict[str, dict[str, str]]]:
-    """The exit code and each check's row, by name, of dispatch-doctor -o json."""
-    done = subprocess.run(
-        [
-            str(BIN / "dispatch-doctor"),
-            *("--kubeconfig", str(cluster.kubeconfig), "-n", namespace, "-o", "json"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=host_env(),
-    )
-    assert done.returncode in (0, doctor.CHECK_FAILED), done.stderr
-    rows = [json.loads(line) for line in done.stdout.splitlines()]
-    return done.returncode, {row["check"]: row for row in rows}
-
-
 def test_the_installed_policies_act_and_the_apis_are_read(
     control_plane: Cluster, namespace: str
 ) -> None:
-    _, rows = diagnosed(control_plane, namespace)
+    _, rows = diagnosed(control_plane.kubeconfig, namespace)
     assert rows["admission-apis"]["status"] == "pass"
     assert "MutatingAdmissionPolicy: every file" in rows["admission-apis"]["found"]
     assert rows["policies"]["status"] == "pass", rows["policies"]
@@ -60,7 +39,7 @@ def test_the_installed_policies_act_and_the_apis_are_read(
 def test_where_no_policy_is_bound_the_probes_fail(
     control_plane: Cluster, namespace: str, api_client: client.ApiClient
 ) -> None:
-    code, rows = diagnosed(control_plane, namespace)
+    code, rows = diagnosed(control_plane.kubeconfig, namespace)
     assert code == doctor.CHECK_FAILED
     for probe in ("probe/guard", "probe/ledger", "probe/path-guard", "probe/pods"):
         assert rows[probe]["status"] == "fail", rows[probe]
@@ -105,7 +84,7 @@ def test_a_jobset_identity_the_guard_does_not_trust_fails_and_its_fix_works(
     before = core.read_namespaced_config_map(
         doctor.CONTROLLERS_CONFIG_MAP, doctor.CONTROLLERS_NAMESPACE
     ).data
-    code, rows = diagnosed(control_plane, namespace)
+    code, rows = diagnosed(control_plane.kubeconfig, namespace)
     row = rows["identity/jobset"]
     assert (code, row["status"]) == (doctor.CHECK_FAILED, "fail"), row
     assert f"system:serviceaccount:{jobset_elsewhere}:jobset-controller-manager" in row["found"]
@@ -113,7 +92,7 @@ def test_a_jobset_identity_the_guard_does_not_trust_fails_and_its_fix_works(
     assert words[0] == "kubectl"
     try:
         run_kubectl(*words[1:], kubeconfig=control_plane.kubeconfig)
-        _, fixed = diagnosed(control_plane, namespace)
+        _, fixed = diagnosed(control_plane.kubeconfig, namespace)
         assert fixed["identity/jobset"]["status"] == "pass", fixed["identity/jobset"]
     finally:  # the shared parameters as they were
         restore = {"data": before}
@@ -125,14 +104,14 @@ def test_a_jobset_identity_the_guard_does_not_trust_fails_and_its_fix_works(
 def test_the_steps_rights_fail_until_the_shipped_rbac_is_applied(
     control_plane: Cluster, namespace: str, api_client: client.ApiClient, tmp_path: Path
 ) -> None:
-    _, rows = diagnosed(control_plane, namespace)
+    _, rows = diagnosed(control_plane.kubeconfig, namespace)
     assert rows["steps-access"]["status"] == "fail"
     assert "pipelines/rbac/steps.yaml" in rows["steps-access"]["fix"]
     objects = identity_objects(namespace)
     for document in objects:
         kube.apply(api_client, document, namespace=namespace)
     try:
-        _, fixed = diagnosed(control_plane, namespace)
+        _, fixed = diagnosed(control_plane.kubeconfig, namespace)
         assert fixed["steps-access"]["status"] == "pass", fixed["steps-access"]
     finally:
         rbac = client.RbacAuthorizationV1Api(api_client)

@@ -1,18 +1,25 @@
 """The shipped controller Deployment's pod on the real node as it ships: the image, command,
-args, env, securityContext, probes, resources and volumes of dist/, as the shipped
-ServiceAccount, gating every namespace. Only node_controller.shipped_on_the_node changes it,
-where the node forces it; the pod that ran is compared with the one the shipped template makes,
-and any other difference fails."""
+args, env, securityContext, probes, resources and volumes of dist/install-kueue.yaml, whose
+Deployment the chart's default values render alike (checked here; dist/install.yaml ships no
+controller), as the shipped ServiceAccount, gating every namespace. Only
+node_controller.shipped_on_the_node changes it, where the node forces it; the pod that ran is
+compared with the one the shipped template makes, and any other difference fails. Through that
+pod: the Lease taken, /metrics scraped over TLS with a ServiceAccount token as
+pipelines/monitoring/servicemonitor.yaml tells Prometheus to, a Kueue reservation gated (the
+AdmissionCheck approved and A raised by the pod), and a TrainJob opened by hand flagged by its
+continuous auditor, the flag counted in /metrics."""
 
 from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any, Final
 
 import pytest
 from kubernetes import client
 
+from dispatch_k8s.core.rules import wire
 from tests.cluster import kube
 from tests.cluster.engines import loopback_api_env
 from tests.cluster.node import TOLERATION
@@ -21,23 +28,34 @@ from tests.cluster.wait import wait_until
 from tests.support.cluster_under_test import Cluster
 from tests.support.controller_identity import metrics_reader
 from tests.support.executions import DEADLINE, api_port
-from tests.support.lifecycle import as_dict
+from tests.support.kueue_objects import KueueSetup, check_state
+from tests.support.lifecycle import (
+    TRAINER,
+    Step,
+    as_dict,
+    read_trainjob,
+    start_args,
+    start_queued,
+)
 from tests.support.node_controller import (
     INSTANCE_KEY,
     Listeners,
+    chart_deployment,
     lease_holder,
     pod_of,
     replica_states,
     shipped_deployment,
     shipped_on_the_node,
 )
-from tests.support.replicas import secure_get
+from tests.support.replicas import admitted, secure_get
 from tests.support.step_identity import StepIdentity
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster, pytest.mark.images]
 INSTANCE: Final = "as-shipped"
 # The ServiceAccount admission plugin names the token volume with a random suffix.
 TOKEN_VOLUME: Final = re.compile(r"kube-api-access-[a-z0-9]{5}")
+# The auditor's cause for an opening no raise of A covers (core/rules/opening.py).
+UNRAISED: Final = "is open (spec.suspend is not true) at metadata.generation"
 
 
 def differences(shipped: Any, ran: Any, path: str = "") -> dict[str, tuple[Any, Any]]:
@@ -61,22 +79,35 @@ def comparable(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def pod_spec_differences(
-    api: client.ApiClient, namespace: str, ran: dict[str, Any]
+    api: client.ApiClient, namespace: str, shipped: dict[str, Any], ran: dict[str, Any]
 ) -> dict[str, tuple[Any, Any]]:
-    """How the pod that ran differs from the pod the shipped template makes in `namespace`,
-    both as the API server defaulted and admitted them (the shipped one dry-run)."""
-    shipped = kube.dry_run(api, pod_of(shipped_deployment(), "as-shipped"), namespace=namespace)
-    return differences(comparable(shipped["spec"]), comparable(ran["spec"]))
+    """How the pod that ran differs from the pod the `shipped` Deployment's template makes in
+    `namespace`, both as the API server defaulted and admitted them (the shipped one dry-run)."""
+    made = kube.dry_run(api, pod_of(shipped, "as-shipped"), namespace=namespace)
+    return differences(comparable(made["spec"]), comparable(ran["spec"]))
 
 
-def test_the_shipped_controller_pod_runs_as_shipped_leads_and_serves_metrics_over_tls(
+# No policies in the test's namespace: the opening by hand is to reach the auditor, not the guard.
+@pytest.mark.policies("none")
+def test_the_shipped_controller_pod_runs_as_shipped_leads_gates_flags_and_serves_metrics(
     controller_identity: StepIdentity,
     control_plane: Cluster,
     api_client: client.ApiClient,
     namespace: str,
     step_image_on_node: str,
+    step: Step,
+    torch_runtime: str,
+    kueue: KueueSetup,
+    custom: client.CustomObjectsApi,
+    member: client.ApiClient,
+    tmp_path: Path,
 ) -> None:
+    kueue.install(cpu="8")
     shipped = shipped_deployment()
+    # The chart's default values make the same pods: this one pod is both installs' (one run,
+    # not two, on the node).
+    charted = chart_deployment(tmp_path)
+    assert charted["spec"] == shipped["spec"], "the chart's default Deployment is the bundle's"
     (container,) = shipped["spec"]["template"]["spec"]["containers"]
     assert container["image"] == step_image_on_node, "the image the Deployment names"
     listeners, api = Listeners.free(), api_port(control_plane.kubeconfig)
@@ -93,48 +124,83 @@ def test_the_shipped_controller_pod_runs_as_shipped_leads_and_serves_metrics_ove
                 return dict(pod)
         return None
 
-    kube.apply(api_client, deployment, namespace=namespace)
-    try:
-        pod = wait_until(lambda: scheduled_pod(False), what="the pod scheduled", timeout=DEADLINE)
-        found = pod_spec_differences(api_client, namespace, pod)
-        assert {path: ran for path, (_, ran) in found.items()} == {
-            "hostNetwork": True,
-            "nodeName": pod["spec"]["nodeName"],
-            "tolerations": [TOLERATION, *(found["tolerations"][0] or [])],
-            "containers[0].args[0]": f"--address={LOOPBACK}:{listeners.probes}",
-            "containers[0].args[1]": f"--metrics-address={LOOPBACK}:{listeners.metrics}",
-            "containers[0].env": [*found["containers[0].env"][0], *loopback_api_env(api)],
-            "containers[0].ports[0].containerPort": listeners.probes,
-            "containers[0].ports[0].hostPort": listeners.probes,
-            "containers[0].ports[1].containerPort": listeners.metrics,
-            "containers[0].ports[1].hostPort": listeners.metrics,
-            "containers[0].livenessProbe.httpGet.host": LOOPBACK,
-            "containers[0].readinessProbe.httpGet.host": LOOPBACK,
-        }, f"only what the node forces differs from the shipped pod: {sorted(found)}"
+    # The reader's binding made first: a scrape refused while it reaches the authorizer is
+    # remembered for a minute.
+    with metrics_reader(api_client, namespace) as token:
+        kube.apply(api_client, deployment, namespace=namespace)
         try:
-            pod = wait_until(lambda: scheduled_pod(True), what="the pod Ready", timeout=DEADLINE)
-        except AssertionError as e:
-            raise AssertionError(f"{e}: {replica_states(core, namespace)}") from None
-        name = pod["metadata"]["name"]
-        assert (
-            wait_until(
-                lambda: lease_holder(api_client, namespace), what="a leader", timeout=DEADLINE
+            pod = wait_until(
+                lambda: scheduled_pod(False), what="the pod scheduled", timeout=DEADLINE
             )
-            == name
-        )
-        with metrics_reader(api_client, namespace) as token:
+            found = pod_spec_differences(api_client, namespace, shipped, pod)
+            assert {path: ran for path, (_, ran) in found.items()} == {
+                "hostNetwork": True,
+                "nodeName": pod["spec"]["nodeName"],
+                "tolerations": [TOLERATION, *(found["tolerations"][0] or [])],
+                "containers[0].args[0]": f"--address={LOOPBACK}:{listeners.probes}",
+                "containers[0].args[1]": f"--metrics-address={LOOPBACK}:{listeners.metrics}",
+                "containers[0].env": [*found["containers[0].env"][0], *loopback_api_env(api)],
+                "containers[0].ports[0].containerPort": listeners.probes,
+                "containers[0].ports[0].hostPort": listeners.probes,
+                "containers[0].ports[1].containerPort": listeners.metrics,
+                "containers[0].ports[1].hostPort": listeners.metrics,
+                "containers[0].livenessProbe.httpGet.host": LOOPBACK,
+                "containers[0].readinessProbe.httpGet.host": LOOPBACK,
+            }, f"only what the node forces differs from the shipped pod: {sorted(found)}"
+            try:
+                pod = wait_until(
+                    lambda: scheduled_pod(True), what="the pod Ready", timeout=DEADLINE
+                )
+            except AssertionError as e:
+                raise AssertionError(f"{e}: {replica_states(core, namespace)}") from None
+            name = pod["metadata"]["name"]
+            assert (
+                wait_until(
+                    lambda: lease_holder(api_client, namespace), what="a leader", timeout=DEADLINE
+                )
+                == name
+            )
+            # A reservation gated by the pod: it approves the AdmissionCheck and raises A.
+            gated = start_queued(step, namespace, torch_runtime, kueue, "gated").result["name"]
+            assert check_state(admitted(custom, namespace, gated), kueue.check) == "Ready"
+            annotations = read_trainjob(custom, namespace, gated)["metadata"]["annotations"]
+            assert annotations[wire.ADMISSION_FLOOR_ANNOTATION] == "1", gated
+            # A bypass flagged by the pod's auditor: a member opens a job with no raise of A.
+            started = step("start", *start_args(namespace, torch_runtime, "bypass"))
+            assert started.code == 0, started.error
+            bypass = started.result["name"]
+            client.CustomObjectsApi(member).patch_namespaced_custom_object(
+                *TRAINER, namespace, "trainjobs", bypass, {"spec": {"suspend": False}}
+            )
+
+            def cause() -> str | None:
+                job = read_trainjob(custom, namespace, bypass)
+                found = (job["metadata"].get("annotations") or {}).get(
+                    wire.FOREIGN_CAUSE_ANNOTATION
+                )
+                return found if found and UNRAISED in found else None
+
+            wait_until(cause, what=f"the pod's auditor to flag {bypass}", timeout=DEADLINE)
+            # As servicemonitor.yaml scrapes: https, the certificate not verified, the bearer a
+            # token of a ServiceAccount bound to metrics-reader.yaml's ClusterRole.
 
             def scraped() -> bytes | None:
                 status, body, _ = secure_get(listeners.metrics, "/metrics", token)
                 return body if status == 200 else None
 
-            # A 403 while the binding reaches the authorizer is remembered for a minute.
             body = wait_until(scraped, what="the reader's scrape over TLS", timeout=90)
-        assert b"dispatch_admission_leader 1.0" in body
-    finally:
-        kube.delete(api_client, deployment, namespace=namespace)
-        wait_until(
-            lambda: not core.list_namespaced_pod(namespace, label_selector=selector).items or None,
-            what="the shipped pod gone: it gates every namespace",
-            timeout=DEADLINE,
-        )
+            assert b"dispatch_admission_leader 1.0" in body
+            finding = f'kind="unraised-opening",namespace="{namespace}"'.encode()
+            assert any(
+                line.startswith(b"dispatch_admission_findings_total{") and finding in line
+                for line in body.splitlines()
+            ), "the flag counted where Prometheus reads it"
+        finally:
+            kube.delete(api_client, deployment, namespace=namespace)
+            wait_until(
+                lambda: (
+                    not core.list_namespaced_pod(namespace, label_selector=selector).items or None
+                ),
+                what="the shipped pod gone: it gates every namespace",
+                timeout=DEADLINE,
+            )

@@ -2,12 +2,10 @@
 was installed: the pinned kubectl with the admin's kubeconfig, the installed ServiceAccounts'
 tokens (TokenRequest API), and the installed controller's own command line.
 
-The admin's overlay: every overlay and bundle names upstream's controller identities in the
-ConfigMap `dispatch-k8s-controllers` (pipelines/policies/controllers.yaml), which the path guard
-trusts. The local control plane runs Trainer, JobSet, Kueue and kube-controller-manager as
-other users (tests/support/policies.py), so the admin's overlay over the shipped one names
-those, as docs/policies.md tells an admin whose controllers run under other names; nothing else
-is changed. Without it the guard would refuse the JobSet controller's Jobs.
+The bundles and the chart are installed as they ship: the path guard's defaults
+(pipelines/policies/controllers.yaml) name the identities of upstream's own releases, which the
+local control plane runs Trainer, JobSet, Kueue and kube-controller-manager's controllers as
+(tests/cluster/identities.py), so no overlay of the admin's is needed.
 
 The installed controller on a plane without a node: its Deployment's pods are made by the
 ReplicaSet, admitted under the namespace's Pod Security `restricted`, and stay unscheduled. The
@@ -18,13 +16,11 @@ environment and a token of the pod's ServiceAccount. Only the listen addresses m
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
-import yaml
 from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
@@ -33,13 +29,6 @@ from tests.cluster.process import LOOPBACK, free_ports
 from tests.cluster.wait import wait_until
 from tests.support.environment import host_env
 from tests.support.lifecycle import DEADLINE, as_dict
-from tests.support.policies import (
-    CONTROLLERS_NAME,
-    CONTROLLERS_NAMESPACE,
-    HARNESS_CONTROLLERS,
-    for_tests,
-    shipped,
-)
 from tests.support.replicas import Replica, end, launch, wait_ready
 from tests.support.shells import resolve_downward_env
 from tests.support.step_identity import service_account_token, token_kubeconfig
@@ -49,28 +38,6 @@ REVISION: Final = "deployment.kubernetes.io/revision"
 # The controller's listeners (its Deployment's args), moved to loopback here.
 LISTENERS: Final = ("--address", "--metrics-address")
 EVENT_KINDS: Final = {("v1", "Event"), ("events.k8s.io/v1", "Event")}
-
-
-def admin_overlay(directory: Path, resource: Path) -> Path:
-    """The admin's kustomization in `directory`: `resource` (an overlay of config/, or a bundle
-    file under `directory`) with this cluster's controllers named."""
-    (shipped_map,) = [d for d in shipped() if d["metadata"]["name"] == CONTROLLERS_NAME]
-    patch = for_tests(shipped_map, HARNESS_CONTROLLERS)
-    patch["metadata"] = {"name": CONTROLLERS_NAME, "namespace": CONTROLLERS_NAMESPACE}
-    directory.mkdir(parents=True, exist_ok=True)
-    kustomization = {
-        "resources": [os.path.relpath(resource, directory)],
-        "patches": [{"patch": yaml.safe_dump(patch)}],
-    }
-    (directory / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
-    return directory
-
-
-def bundle_overlay(directory: Path, text: str) -> Path:
-    """The admin's kustomization over a bundle's text (dist/, or an earlier one)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "bundle.yaml").write_text(text)
-    return admin_overlay(directory, directory / "bundle.yaml")
 
 
 def account_kubeconfig(

@@ -14,6 +14,7 @@ from kubernetes import client
 
 from tests.cluster import kube
 from tests.cluster.wait import wait_until
+from tests.pipelines.as_shipped import differences, pod_running, substituted
 from tests.pipelines.runs import (
     ARGO_FILES,
     Gates,
@@ -38,7 +39,7 @@ from tests.support.executions import (
 from tests.support.kueue_objects import KueueSetup, condition
 from tests.support.lifecycle import Step, as_dict, read_trainjob, run_stage
 from tests.support.render import JOBS
-from tests.support.shipped import Manifest, default_image, documents
+from tests.support.shipped import PIPELINES, Manifest, default_image, documents
 
 pytestmark = [
     pytest.mark.engines,
@@ -61,8 +62,18 @@ def argo(
     return namespace
 
 
+def shipped_template(path: str, name: str) -> Manifest:
+    """The WorkflowTemplate `name` of pipelines/argo/`path`, as shipped."""
+    (found,) = [d for d in documents(PIPELINES / "argo" / path) if d["metadata"]["name"] == name]
+    return found
+
+
 def test_open_hold_release_each_print_the_next_r(
-    api_client: client.ApiClient, argo: str, real_node_runtime: str, step_image_on_node: str
+    api_client: client.ApiClient,
+    argo: str,
+    real_node_runtime: str,
+    step_image_on_node: str,
+    control_plane: Cluster,
 ) -> None:
     namespace, core = argo, client.CoreV1Api(api_client)
     request = json.dumps(start_request(namespace, real_node_runtime, train=RUNS))
@@ -77,6 +88,30 @@ def test_open_hold_release_each_print_the_next_r(
     opened = run("dispatch-open", request=request)
     name = opened["start"]["name"]
     assert opened["unsuspend"]["admission"] == "1"
+    # The start step's pod as the shipped templates say, but for what this machine forces
+    # (tests/pipelines/as_shipped.py): Argo's workflowDefaults reach it, and nothing else may.
+    (start,) = [
+        t
+        for t in shipped_template("steps.yaml", "dispatch-steps")["spec"]["templates"]
+        if t["name"] == "start"
+    ]
+    placeholders = {
+        "{{inputs.parameters.image}}": step_image_on_node,
+        "{{workflow.namespace}}": namespace,
+    }
+    workflow = shipped_template("plain.yaml", "dispatch-open")["spec"]
+    found = differences(
+        pod_running(core, namespace, "main", "dispatch-start"),
+        container="main",
+        shipped_container=substituted(start["container"], placeholders),
+        shipped_pod={
+            "serviceAccountName": workflow["serviceAccountName"],
+            "securityContext": start["securityContext"],
+        },
+        api_port=api_port(control_plane.kubeconfig),
+        engine_env="ARGO_",
+    )
+    assert found == {}, f"the pod differs from the shipped template: {found}"
     first = printed(core, namespace, name, restart=0, admission=1)
     assert (first.epoch, first.attempt) == expected(1, 0)
 

@@ -3,8 +3,8 @@ release name and namespace of their own: install plain mode into a namespace hel
 (everything namespaced lands there; every policy, the API server serving them all), upgrade to
 Kueue mode with the next image, one replica (no PodDisruptionBudget) and the guard-only policies
 (the objects already installed stay the same objects), upgrade again with the same values
-(nothing changes), uninstall, delete the namespace, and nothing left but Events: helm's release
-records go too.
+(nothing changes), dispatch-doctor finds it in the release's namespace, uninstall, delete the
+namespace, and nothing left but Events: helm's release records go too.
 
 The plane is this module's own, as for the bundles (tests/pipelines/test_dist_install.py).
 """
@@ -26,6 +26,7 @@ from tests.cluster.wait import wait_until
 from tests.pipelines.conftest import FreshPlane
 from tests.pipelines.installed import CONTROLLER, EVENT_KINDS, account_kubeconfig
 from tests.support import tools
+from tests.support.diagnosed import finds_the_install
 
 pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]
 
@@ -139,6 +140,7 @@ def test_the_chart_installs_upgrades_in_place_and_uninstalls_to_nothing_but_even
     assert revisions(api, kueue) == upgraded
     (release,) = releases()
     assert (release["name"], release["revision"], release["status"]) == (RELEASE, "3", "deployed")
+    finds_the_install(api, fresh_plane.kubeconfig, RELEASE_NAMESPACE)
 
     helm("uninstall", RELEASE)
     wait_until(

@@ -2,7 +2,8 @@
 `kubectl delete -f` use them: install, apply again (nothing changes), upgrade in place (the
 guard-only bundle to the plain one, as a cluster moving to 1.36 would, then to the Kueue one, then
 a new image), delete, and nothing left but Events. Then a user's overlay that moves everything
-into a namespace of its own, with a name prefix, installs and deletes the same way.
+into a namespace of its own, with a name prefix, installs and deletes the same way, and
+dispatch-doctor finds it there.
 
 The plane is this module's own: the bundle's objects have the names the session's fixtures give
 theirs (the policies, the torch runtime, dispatch-system), and deleting it would remove those.
@@ -22,6 +23,7 @@ from tests.cluster.wait import wait_until
 from tests.pipelines.conftest import FreshPlane
 from tests.pipelines.installed import CONTROLLER, EVENT_KINDS
 from tests.support import tools
+from tests.support.diagnosed import finds_the_install
 from tests.support.shipped import Manifest, default_image
 
 pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]
@@ -142,4 +144,5 @@ def test_a_users_overlay_with_its_own_namespace_and_prefix_installs_and_deletes(
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "p-dispatch-admission-controller", "namespace": "team-x"}
     ]
+    finds_the_install(api, fresh_plane.kubeconfig, "team-x", prefix="p-")
     delete_to_nothing_but_events(api, objects, before)

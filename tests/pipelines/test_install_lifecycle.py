@@ -20,10 +20,9 @@ control plane of this module's own (tests/pipelines/test_dist_install.py says wh
 
 The steps run as the installed `dispatch-steps` ServiceAccount, and the installed controller as
 its Deployment's ServiceAccount with the Deployment's own arguments: cluster-wide, its Lease in
-dispatch-system, gating jobs in `default`. Every install of config/ and dist/ goes through the
-admin's overlay over the shipped one, which names this plane's controllers for the path guard
-and changes nothing else (installed.py); the chart's install names them in its
-`controllerIdentities`.
+dispatch-system, gating jobs in `default`. The bundles and the chart are installed as they ship,
+the path guard trusting the controllers its defaults name (pipelines/policies/controllers.yaml,
+the chart's `controllerIdentities`): this plane runs them as upstream's own releases make them.
 """
 
 from __future__ import annotations
@@ -45,8 +44,6 @@ from tests.pipelines.conftest import FreshPlane
 from tests.pipelines.installed import (
     CONTROLLER,
     account_kubeconfig,
-    admin_overlay,
-    bundle_overlay,
     installed_controller,
     ledger_keys,
     logged,
@@ -76,7 +73,7 @@ from tests.support.policies import (
     wait_acting,
 )
 from tests.support.replicas import Replica, admitted
-from tests.support.shipped import PIPELINES, REPO, TORCH_RUNTIME, default_image, documents
+from tests.support.shipped import PIPELINES, TORCH_RUNTIME, default_image, documents
 
 pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]
 
@@ -103,7 +100,8 @@ QUEUED: Final = {"queue": "training", "resources_per_node": '{"requests":{"cpu":
 # theirs within a second or two.
 FROZEN_SECONDS: Final = 15.0
 NO_PARAMS: Final = "no params found for policy binding"
-LOCAL_CLUSTER_VALUES: Final = REPO / "tests" / "up" / "controllers-values.yaml"
+PLAIN: Final = dist.DIST / "install.yaml"
+KUEUE: Final = dist.DIST / "install-kueue.yaml"
 # The earlier Kueue bundle the upgrade starts from (its header says which).
 EARLIER: Final = Path(__file__).parent / "earlier" / "install-kueue.yaml"
 
@@ -216,14 +214,13 @@ def delete_trainjobs(custom: client.CustomObjectsApi, names: list[str]) -> None:
     wait_until(gone, what="the TrainJobs deleted", timeout=DEADLINE)
 
 
-def test_a_plain_lifecycle_runs_through_what_config_plain_installed(
+def test_a_plain_lifecycle_runs_through_what_dist_install_yaml_installed(
     own_plane: FreshPlane, tmp_path: Path
 ) -> None:
     api, admin = own_plane.api, own_plane.kubeconfig
     custom, kubelet = client.CustomObjectsApi(api), Kubelet(api, NAMESPACE)
     before = kube.everything(api)
-    overlay = admin_overlay(tmp_path / "overlay", dist.CONFIG / "plain")
-    run_kubectl("apply", "--server-side", "-k", str(overlay), kubeconfig=admin)
+    run_kubectl("apply", "--server-side", "-f", str(PLAIN), kubeconfig=admin)
     wait_acting(api, RUNTIME)
     step = Pipeline(own_plane, tmp_path)
 
@@ -265,7 +262,7 @@ def test_a_plain_lifecycle_runs_through_what_config_plain_installed(
     delete_trainjobs(custom, [name])
     kept = ledger_keys(api, NAMESPACE)
     assert kept, "start keeps its ledger"
-    run_kubectl("delete", "-k", str(overlay), kubeconfig=admin)
+    run_kubectl("delete", "-f", str(PLAIN), kubeconfig=admin)
     wait_left(api, before, kept.__contains__)
 
 
@@ -276,9 +273,9 @@ def test_a_kueue_lifecycle_runs_through_what_the_chart_installed(
     custom, kubelet = client.CustomObjectsApi(api), Kubelet(api, NAMESPACE)
     before = kube.everything(api)
     home, where = tmp_path / "helm", ["--namespace", NAMESPACE]
-    # The values docs/install.md gives for the local cluster: its controllers' own users.
+    # The default values, the controller in dispatch-system (where installed.py looks for it).
     layout = [arg for value in chart.CONFIG_LAYOUT for arg in ("--set", value)]
-    helm = ["--values", str(LOCAL_CLUSTER_VALUES), *layout, *where]
+    helm = [*layout, *where]
     tools.run_helm("install", "dispatch-k8s", str(chart.CHART), *helm, home=home, kubeconfig=admin)
     for document in QUEUES:
         kube.apply(api, document, namespace=NAMESPACE)
@@ -319,14 +316,13 @@ def test_an_upgrade_from_the_previous_bundle_keeps_a_running_job_identity(
     api, admin = own_plane.api, own_plane.kubeconfig
     custom, kubelet = client.CustomObjectsApi(api), Kubelet(api, NAMESPACE)
     before = kube.everything(api)
-    old = bundle_overlay(tmp_path / "previous", previous)
-    run_kubectl("apply", "--server-side", "-k", str(old), kubeconfig=admin)
+    run_kubectl("apply", "--server-side", "-f", str(EARLIER), kubeconfig=admin)
     for document in QUEUES:
         kube.apply(api, document, namespace=NAMESPACE)
     wait_acting(api, RUNTIME)
     step = Pipeline(own_plane, tmp_path)
 
-    with installed_controller(api, admin, tmp_path / "previous") as controller:
+    with installed_controller(api, admin, tmp_path) as controller:
         running = step.start("before-upgrade", **QUEUED)
         workload = admitted(custom, NAMESPACE, running)
         assert check_state(workload, CHECK) == "Ready"
@@ -337,9 +333,8 @@ def test_an_upgrade_from_the_previous_bundle_keeps_a_running_job_identity(
         assert controller.stop() == 0  # the rollout stops the old template's pods
 
     uids = stored_uids(api, {kube.key(o) for o in dist.objects(previous)})
-    current = (dist.DIST / "install-kueue.yaml").read_text()
-    new = bundle_overlay(tmp_path / "current", current)
-    run_kubectl("apply", "--server-side", "-k", str(new), kubeconfig=admin)
+    current = KUEUE.read_text()
+    run_kubectl("apply", "--server-side", "-f", str(KUEUE), kubeconfig=admin)
     keys = {kube.key(o) for o in dist.objects(current)}
     assert_installed(api, keys)
     assert stored_uids(api, keys & set(uids)) == {k: uids[k] for k in keys & set(uids)}
@@ -356,7 +351,7 @@ def test_an_upgrade_from_the_previous_bundle_keeps_a_running_job_identity(
     annotations = read_trainjob(custom, NAMESPACE, running)["metadata"]["annotations"]
     assert annotations[wire.ADMISSION_FLOOR_ANNOTATION] == "1"
 
-    with installed_controller(api, admin, tmp_path / "current") as controller:
+    with installed_controller(api, admin, tmp_path) as controller:
         kubelet.set_phase(same, "Failed")  # JobSet restarts it under the upgraded guard
         restarted = kubelet.execute(kubelet.wait_for_pod(running, restart=1, admission=1))
         assert restarted.r == first.r + 1
@@ -382,7 +377,7 @@ def test_an_upgrade_from_the_previous_bundle_keeps_a_running_job_identity(
     # docs/install.md: the check off the ClusterQueues (here, the queues gone) before deleting.
     for document in reversed(QUEUES):
         kube.delete(api, document, namespace=NAMESPACE)
-    run_kubectl("delete", "-k", str(new), kubeconfig=admin)
+    run_kubectl("delete", "-f", str(KUEUE), kubeconfig=admin)
     wait_left(api, before, kept.__contains__)
 
 
@@ -403,14 +398,13 @@ def test_a_reinstall_acts_once_kube_apiserver_has_restarted(
     kubernetes/kubernetes#141015, is open). docs/install.md tells the admin to restart it."""
     api, admin = own_plane.api, own_plane.kubeconfig
     before = kube.everything(api)
-    overlay = admin_overlay(tmp_path / "overlay", dist.CONFIG / "plain")
-    keys = {kube.key(o) for o in dist.objects(dist.build(overlay, kustomize=tools.kustomize()))}
-    run_kubectl("apply", "--server-side", "-k", str(overlay), kubeconfig=admin)
+    keys = {kube.key(o) for o in dist.objects(PLAIN.read_text())}
+    run_kubectl("apply", "--server-side", "-f", str(PLAIN), kubeconfig=admin)
     wait_acting(api, RUNTIME)
-    run_kubectl("delete", "-k", str(overlay), kubeconfig=admin)
+    run_kubectl("delete", "-f", str(PLAIN), kubeconfig=admin)
     wait_gone(api, keys)
 
-    run_kubectl("apply", "--server-side", "-k", str(overlay), kubeconfig=admin)
+    run_kubectl("apply", "--server-side", "-f", str(PLAIN), kubeconfig=admin)
     wait_until(
         lambda: pod_guard_answer(api) != "admitted" or None,
         what="the pod guard's binding in force",
@@ -430,5 +424,5 @@ def test_a_reinstall_acts_once_kube_apiserver_has_restarted(
         pass
     wait_acting(api, RUNTIME)
     assert "dispatch-k8s guard pod-create:" in pod_guard_answer(api)
-    run_kubectl("delete", "-k", str(overlay), kubeconfig=admin)
+    run_kubectl("delete", "-f", str(PLAIN), kubeconfig=admin)
     wait_left(api, before, lambda _: False)

@@ -11,6 +11,7 @@ import pytest
 from kubernetes import client
 
 from tests.cluster import kube
+from tests.pipelines.as_shipped import differences, pod_running, substituted
 from tests.pipelines.runs import (
     TEKTON_FILES,
     Ended,
@@ -23,15 +24,18 @@ from tests.pipelines.runs import (
     started_trainjob,
     task_runs,
 )
+from tests.support.cluster_under_test import Cluster
 from tests.support.executions import (
     RUNS,
     TRAIN,
+    api_port,
     expected,
     printed,
 )
 from tests.support.kueue_objects import KueueSetup
 from tests.support.lifecycle import Step, run_stage
-from tests.support.shipped import documents
+from tests.support.shipped import PIPELINES, documents
+from tests.support.step_identity import SERVICE_ACCOUNT
 
 pytestmark = [
     pytest.mark.engines,
@@ -67,7 +71,11 @@ def _exit_codes(task_run: dict[str, Any]) -> list[int]:
 
 
 def test_open_hold_release_each_print_the_next_r(
-    api_client: client.ApiClient, tekton: str, real_node_runtime: str, step_image_on_node: str
+    api_client: client.ApiClient,
+    tekton: str,
+    real_node_runtime: str,
+    step_image_on_node: str,
+    control_plane: Cluster,
 ) -> None:
     namespace, core = tekton, client.CoreV1Api(api_client)
     request = json.dumps(start_request(namespace, real_node_runtime, train=RUNS))
@@ -79,6 +87,25 @@ def test_open_hold_release_each_print_the_next_r(
     assert opened.results()["admission"] == "1"
     first = printed(core, namespace, name, restart=0, admission=1)
     assert (first.epoch, first.attempt) == expected(1, 0)
+    # The start step's pod as the shipped Task says, but for what this machine forces
+    # (tests/pipelines/as_shipped.py): Tekton's default-pod-template reaches it, and nothing
+    # else may. The Task's stepTemplate is merged into each step (it sets no env).
+    (task,) = [
+        d
+        for d in documents(PIPELINES / "tekton" / "tasks.yaml")
+        if d["metadata"]["name"] == "dispatch-start"
+    ]
+    (start,) = [s for s in task["spec"]["steps"] if s["name"] == "start"]
+    shipped_step = {**task["spec"]["stepTemplate"], **start}
+    placeholders = {"$(params.image)": image, "$(context.taskRun.namespace)": namespace}
+    found = differences(
+        pod_running(core, namespace, "step-start", "dispatch-start"),
+        container="step-start",
+        shipped_container=substituted(shipped_step, placeholders),
+        shipped_pod={"serviceAccountName": SERVICE_ACCOUNT},
+        api_port=api_port(control_plane.kubeconfig),
+    )
+    assert found == {}, f"the pod differs from the shipped Task: {found}"
 
     held = _run(api_client, namespace, "dispatch-hold", trainjob=name, image=image)
     assert held.succeeded, held.phase

@@ -14,13 +14,16 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 from kubernetes import client
 
+from release import dist
 from release.dist import DIST
 from tests.cluster import kube
 from tests.cluster.process import LOOPBACK, free_ports
+from tests.support import tools
 from tests.support.controller_identity import CONTROLLER, RBAC, SERVICE_ACCOUNT
 from tests.support.executions import on_the_node
 from tests.support.lifecycle import as_dict
@@ -120,6 +123,15 @@ def pod_of(deployment: dict[str, Any], name: str) -> dict[str, Any]:
 def shipped_deployment() -> dict[str, Any]:
     """The admission controller's Deployment as dist/ ships it."""
     (deployment,) = [d for d in documents(BUNDLE) if d["kind"] == "Deployment"]
+    return deployment
+
+
+def chart_deployment(work: Path) -> dict[str, Any]:
+    """The admission controller's Deployment as `helm template` renders the chart with its
+    default values (helm's home under `work`)."""
+    (deployment,) = [
+        d for d in dist.objects(tools.template([], home=work / "helm")) if d["kind"] == "Deployment"
+    ]
     return deployment
 
 

@@ -13,7 +13,7 @@ from typing import Any, Final
 import pytest
 import yaml
 
-from dispatch_k8s.core.rules import doctor
+from dispatch_k8s.core.rules import doctor, wire
 
 REPO: Final = Path(__file__).resolve().parents[2]
 JOBSET: Final = next(c for c in doctor.COMPONENTS if c.key == "jobset")
@@ -193,6 +193,97 @@ def test_the_controller_ready_and_its_lease_renewed() -> None:
     stale = now - datetime.timedelta(seconds=60)
     assert doctor.check_controller(ready, lease(stale), now=now.timestamp()).status == "fail"
     assert doctor.check_controller(None, None, now=now.timestamp()).status == doctor.PASS
+
+
+def binding(namespace: str, name: str) -> dict[str, Any]:
+    return {"spec": {"paramRef": {"namespace": namespace, "name": name}}}
+
+
+def controller(namespace: str, name: str, *, args: list[str], env: list[Any]) -> dict[str, Any]:
+    pod = {"containers": [{"name": "controller", "args": args, "env": env}]}
+    labels = {doctor.NAME_LABEL: doctor.CONTROLLER}
+    return {
+        "metadata": {"namespace": namespace, "name": name},
+        "spec": {"replicas": 2, "template": {"metadata": {"labels": labels}, "spec": pod}},
+        "status": {"readyReplicas": 0},
+    }
+
+
+SHIPPED_ENV: Final = [
+    {
+        "name": "DISPATCH_LEASE_NAMESPACE",
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+    }
+]
+
+
+def test_the_guard_s_parameters_are_found_where_its_bindings_name_them() -> None:
+    """An overlay's namespace and namePrefix, or the chart's release namespace, move the
+    ConfigMap; the bindings name where it went. With no binding, the shipped place."""
+    ledger: dict[str, Any] = {"spec": {"paramRef": {"selector": {}}}}  # it names none
+    moved = doctor.parameters_ref([ledger, binding("team-x", "p-dispatch-k8s-controllers")])
+    assert (moved.namespace, moved.name) == ("team-x", "p-dispatch-k8s-controllers")
+    assert doctor.parameters_ref([ledger]) == doctor.SHIPPED_PARAMETERS
+    running = deployment("ml-platform", "jobset-controller-manager", account="jobset")
+    judged = doctor.check_identity(JOBSET, {"data": {}}, [running], parameters=moved)
+    assert judged is not None
+    assert shlex.split(judged.fix)[:6] == [
+        "kubectl",
+        "-n",
+        "team-x",
+        "patch",
+        "configmap",
+        "p-dispatch-k8s-controllers",
+    ]
+    missing = doctor.check_identity(JOBSET, None, [running], parameters=moved)
+    assert missing is not None
+    assert "team-x/p-dispatch-k8s-controllers is missing" in missing.found
+
+
+def test_the_controller_is_found_by_its_pods_label_and_its_lease_as_its_settings_resolve() -> None:
+    renamed = controller("team-x", "p-dispatch-admission-controller", args=[], env=SHIPPED_ENV)
+    other = deployment("team-x", "dispatch-admission-controller-not", account="a")
+    assert doctor.controller_deployments([other, renamed]) == [renamed]
+    assert doctor.lease_ref(renamed) == doctor.Ref(
+        namespace="team-x", name="dispatch-admission-controller"
+    )
+    no_env = controller("ops", "c", args=[], env=[])
+    assert doctor.lease_ref(no_env) == doctor.Ref(
+        namespace="dispatch-system", name="dispatch-admission-controller"
+    )
+    literal = [{"name": "DISPATCH_LEASE_NAME", "value": "from-env"}, *SHIPPED_ENV]
+    flagged = controller("ops", "c", args=["--lease-name", "mine", "--lease-namespace=x"], env=[])
+    assert doctor.lease_ref(flagged) == doctor.Ref(namespace="x", name="mine")
+    assert doctor.lease_ref(controller("ops", "c", args=[], env=literal)) == doctor.Ref(
+        namespace="ops", name="from-env"
+    )
+    judged = doctor.check_controller(renamed, None, now=0.0)
+    assert judged.status == doctor.FAIL
+    assert judged.found.startswith("team-x/p-dispatch-admission-controller: 0 of 2")
+    assert judged.fix == "kubectl -n team-x logs deployment/p-dispatch-admission-controller"
+
+
+def test_the_admission_check_is_found_under_a_name_prefix_by_its_controller_name() -> None:
+    def check(name: str, controller: str) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "spec": {"controllerName": controller}}
+
+    ours, theirs = (
+        check("p-dispatch-admission", wire.ADMISSION_CHECK_CONTROLLER),
+        check("dispatch-admission", "example.com/other"),
+    )
+    assert doctor.find_admission_check([theirs, ours], "dispatch-admission") == ours
+    assert doctor.find_admission_check([theirs], "dispatch-admission") is None
+    judged = doctor.check_admission_check(
+        ours, [], name="dispatch-admission", controller=doctor.Ref(namespace="x", name="p-c")
+    )
+    assert judged.found.startswith("AdmissionCheck p-dispatch-admission is not Active")
+    assert judged.fix.startswith("kubectl -n x get deployment p-c ")
+
+
+def test_policies_installed_under_a_name_prefix_are_found() -> None:
+    every = [f"p-{name}" for name in doctor.VALIDATING_POLICIES]
+    judged = doctor.check_policies_installed(every, every, [], [], mutating_served=False)
+    assert judged.status == doctor.PASS, judged.found
 
 
 def test_the_steps_access_names_what_is_denied() -> None:

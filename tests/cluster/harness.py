@@ -74,7 +74,7 @@ ADMIN_GROUPS: Final = ("system:masters",)
 # kube-controller-manager's own identity, as kubeadm gives it, in no group: the bootstrap
 # policy's ClusterRole of the same name is what it may do (make its controllers' ServiceAccounts
 # and their tokens in kube-system). With --use-service-account-credentials each controller acts
-# as its own ServiceAccount (identities.kcm_users), which the path guard is told.
+# as its own ServiceAccount (identities.system_users), which the path guard is told.
 KCM_USER: Final = "system:kube-controller-manager"
 # How long the controllers' ServiceAccount tokens last: longer than any run (`up` included).
 TOKEN_SECONDS: Final = 7 * 24 * 3600
@@ -82,7 +82,7 @@ TOKEN_SECONDS: Final = 7 * 24 * 3600
 # authorizer and the bootstrap roles, so the node's RBAC is not what these tests are about.
 NODE_IDENTITIES: Final = {
     "kubelet": f"system:node:{node_module.NODE_NAME}",
-    "kube-scheduler": "system:kube-scheduler",
+    "kube-scheduler": identities.SCHEDULER_USER,
     "apiserver-kubelet-client": "kube-apiserver-kubelet-client",
 }
 # What users of this group send is written to the audit log (logs/audit.log): the tests that
@@ -206,9 +206,10 @@ class ControlPlane:
     @property
     def controller_users(self) -> dict[str, str]:
         """Who the controllers act as, by the path guard's key (pipelines/policies/
-        controllers.yaml): JobSet, Kueue and Trainer, and kube-controller-manager's."""
+        controllers.yaml): JobSet, Kueue and Trainer, kube-controller-manager's, and
+        kube-scheduler's."""
         upstream = {name: found.user for name, found in self.identities.items()}
-        return {**upstream, **identities.kcm_users()}
+        return {**upstream, **identities.system_users()}
 
     def refusals(self, namespace: str | None = None) -> list[dict[str, Any]]:
         """Every request of an upstream controller (JobSet, Kueue, Trainer, or one of

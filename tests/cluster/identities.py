@@ -38,6 +38,9 @@ KCM_ACCOUNTS: Final = {
     "taint-eviction": "node-controller",
 }
 KCM_NAMESPACE: Final = "kube-system"
+# kube-scheduler's user, the path guard's key `scheduler`: its preemption deletes its victims.
+# kubeadm gives it this user (a client certificate), as the node's harness does.
+SCHEDULER_USER: Final = "system:kube-scheduler"
 # The users each layout runs JobSet, Kueue and Trainer as, for what must know them before a
 # cluster starts (the policies' parameters in tests/support/policies.py, the chart's values in
 # tests/up/). `identities` reads them from the modules, and the harness refuses to start when
@@ -105,6 +108,8 @@ def identities(layout: Layout) -> dict[str, Identity]:
     return found
 
 
-def kcm_users() -> dict[str, str]:
-    """kube-controller-manager's controllers' users, by the path guard's key."""
-    return {key: username(KCM_NAMESPACE, account) for key, account in KCM_ACCOUNTS.items()}
+def system_users() -> dict[str, str]:
+    """kube-controller-manager's controllers' users and kube-scheduler's, by the path guard's
+    key."""
+    kcm = {key: username(KCM_NAMESPACE, account) for key, account in KCM_ACCOUNTS.items()}
+    return {**kcm, "scheduler": SCHEDULER_USER}

@@ -53,10 +53,10 @@ CONTROLLERS_NAME: Final = "dispatch-k8s-controllers"
 CONTROLLERS_NAMESPACE: Final = "dispatch-system"
 # The local control plane's (ControlPlane.controller_users, in its default layout):
 # kube-controller-manager runs with --use-service-account-credentials, so each of its
-# controllers acts as its own ServiceAccount.
+# controllers acts as its own ServiceAccount; kube-scheduler as system:kube-scheduler.
 HARNESS_CONTROLLERS: Final = {
     **identities.USERS[identities.DEFAULT_LAYOUT],
-    **identities.kcm_users(),
+    **identities.system_users(),
 }
 
 

@@ -71,6 +71,11 @@ class Leading:
             checks=lambda: self._checks,
             other_workloads=settings.other_workloads,
             on_refusal=settings.on_refusal,
+            backoff=gate.Backoff(
+                base_seconds=settings.backoff_base_seconds,
+                max_seconds=settings.backoff_max_seconds,
+                limit_count=settings.backoff_limit_count,
+            ),
             cached_trainjob=self._cached_trainjob,
         )
         self._threads: list[threading.Thread] = []

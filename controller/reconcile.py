@@ -43,12 +43,14 @@ class Gatekeeper:
         checks: Callable[[], frozenset[str]],
         other_workloads: Literal["approve", "leave"],
         on_refusal: gate.OnRefusal = "reject",
+        backoff: gate.Backoff = gate.KUEUE_BACKOFF,
         cached_trainjob: Callable[[str, str], Mapping[str, Any] | None] = lambda _ns, _n: None,
     ) -> None:
         self._gateway = gateway
         self._checks = checks
         self._other_workloads = other_workloads
         self._on_refusal: gate.OnRefusal = on_refusal
+        self._backoff = backoff
         self._cached_trainjob = cached_trainjob
         self._lock = threading.Lock()
         self._first_seen: OrderedDict[str, float] = OrderedDict()
@@ -283,24 +285,35 @@ class Gatekeeper:
     def _tell_on_check(self, current: Mapping[str, Any], check: str, refusal: Refusal) -> str:
         """Write the refusal's state and message on the check, unless it says so; the state.
 
-        A check the Workload does not list (admitted without it) is left alone.
+        A check the Workload does not list (admitted without it) is left alone. Retry's delay
+        grows with the check's retryCount (gate.retry_delay), Rejected past the limit.
         """
-        state = gate.refused_state(refusal, on_refusal=self._on_refusal)
-        message = gate.refusal_message(refusal)
         listed = workload.check_entry(current, check)
-        if listed is None or (listed.get("state"), listed.get("message")) == (state, message):
-            return state
+        if listed is None:
+            return gate.refused_check(refusal, on_refusal=self._on_refusal).state
+        update = gate.refused_check(
+            refusal,
+            on_refusal=self._on_refusal,
+            retry_count=workload.retry_count(listed),
+            backoff=self._backoff,
+        )
+        previous = listed.get("state")
+        told = workload.state_message(
+            update.message, previous=None if previous is None else str(previous)
+        )
+        if (previous, listed.get("message")) == (update.state, told):
+            return update.state
         body = workload.build_check_state(
             current,
             check=check,
-            state=state,
+            state=update.state,
             resource_version=ResourceVersion(current["metadata"]["resourceVersion"]),
-            message=message,
+            message=update.message,
             now=clock.now(),
-            requeue_after_seconds=workload.RETRY_AFTER_SECONDS if state == workload.RETRY else None,
+            requeue_after_seconds=update.requeue_after_seconds,
         )
         self._gateway.apply_workload_status(body, manager=workload.CHECK_MANAGER)
-        return state
+        return update.state
 
     def _emit(
         self,

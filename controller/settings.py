@@ -9,13 +9,15 @@ from pydantic import Field, ModelWrapValidatorHandler, ValidationError, model_va
 from pydantic_core import InitErrorDetails
 
 from dispatch_k8s.core.rules import lease
+from dispatch_k8s.core.rules.gate import KUEUE_BACKOFF
 from dispatch_k8s.core.shell.settings import ClusterSettings, Namespace, ObjectName, doc
 
 # The bounds of the fields that say how many or how often (each a constraint of its field), told
 # together in one line whichever is broken.
 BOUNDS: Final = (
-    "--workers, --audit-workers and --kube-api-burst must be at least 1, --resync-seconds above "
-    "0, --kube-api-qps 0 or more and --lease-seconds at least 3"
+    "--workers, --audit-workers, --kube-api-burst, --backoff-base-seconds and "
+    "--backoff-max-seconds must be at least 1, --resync-seconds above 0, --kube-api-qps and "
+    "--backoff-limit-count 0 or more and --lease-seconds at least 3"
 )
 _OUT_OF_BOUNDS: Final = frozenset({"greater_than", "greater_than_equal"})
 
@@ -100,11 +102,41 @@ class ControllerSettings(ClusterSettings):
             "releases its quota; a person fixes the job and deletes the Workload, which Kueue "
             "makes again: one made active again stays stuck on Kueue v0.19.2, "
             "kubernetes-sigs/kueue#14309); `retry` sets Retry (Kueue releases the quota and "
-            "queues the Workload again 60 s later, to be refused again until fixed); `wait` "
-            "leaves it Pending, holding the quota. The reason is the check's message either way.",
+            "queues the Workload again after a delay that doubles at each retry, as Kueue's "
+            "ProvisioningRequest check backs off: --backoff-base-seconds, "
+            "--backoff-max-seconds; Rejected once --backoff-limit-count retries were refused); "
+            "`wait` leaves it Pending, holding the quota. The reason is the check's message "
+            'either way, and the state it replaced (Previously: "Pending").',
             metavar="reject|retry|wait",
         ),
     ] = "reject"
+    backoff_base_seconds: Annotated[
+        int,
+        Field(ge=1),
+        doc(
+            "With --on-refusal retry, the first retry's delay; retry n waits base·2^(n-1) "
+            "seconds (Kueue's backoffBaseSeconds).",
+            metavar="SECONDS",
+        ),
+    ] = KUEUE_BACKOFF.base_seconds
+    backoff_max_seconds: Annotated[
+        int,
+        Field(ge=1),
+        doc(
+            "With --on-refusal retry, the longest delay between retries (Kueue's "
+            "backoffMaxSeconds).",
+            metavar="SECONDS",
+        ),
+    ] = KUEUE_BACKOFF.max_seconds
+    backoff_limit_count: Annotated[
+        int,
+        Field(ge=0),
+        doc(
+            "With --on-refusal retry, how many retries a reservation's refusal gets; the "
+            "refusal after the last sets Rejected (Kueue's backoffLimitCount).",
+            metavar="N",
+        ),
+    ] = KUEUE_BACKOFF.limit_count
     kube_api_qps: Annotated[
         float,
         Field(ge=0),

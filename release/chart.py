@@ -264,8 +264,9 @@ controller:
   # empty: every namespace.
   namespaces: []
   # What a refused Workload's check is set to (its --on-refusal): reject (Kueue deactivates
-  # the Workload and frees its quota), retry (evicted, requeued a minute on), or wait
-  # (Pending, the quota held until a person acts).
+  # the Workload and frees its quota), retry (evicted, requeued after a delay doubling from a
+  # minute, Rejected after three retries: --backoff-* in extraArgs), or wait (Pending, the
+  # quota held until a person acts).
   onRefusal: reject
   # How much the controller logs (its --log-level): debug, info, warning or error.
   logLevel: info

@@ -111,18 +111,67 @@ _REFUSED_STATE: Final[dict[OnRefusal, str]] = {
 }
 
 
-def refused_state(refusal: Refusal, *, on_refusal: OnRefusal) -> str:
-    """The state our check is given for a refusal.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Backoff:
+    """How `retry` retries, as Kueue's ProvisioningRequest check (its RetryStrategy's defaults)."""
+
+    base_seconds: int = 60  # the first retry's delay, doubled at each retry after it
+    max_seconds: int = 1800  # no delay longer
+    limit_count: int = 3  # retries; the refusal after the last is Rejected
+
+
+@dataclass(frozen=True, slots=True)
+class CheckUpdate:
+    """The state, message and (for Retry) delay a refusal gives our check."""
+
+    state: str
+    message: str
+    requeue_after_seconds: int | None = None
+
+
+def retry_delay(retry_count: int, backoff: Backoff) -> int | None:
+    """Seconds before Kueue queues the Workload again after one more retry; None past the limit.
+
+    Kueue's own (UpdateAdmissionCheckRequeueState over its ProvisioningRequest check): retry
+    n = retry_count + 1 waits base·2^(n-1), at most max, and the refusal after limit_count
+    retries is Rejected.
+    """
+    if retry_count >= backoff.limit_count:
+        return None
+    # base ≥ 1, so from 2^bit_length(max) on the doubling is past max: no huge power computed.
+    if retry_count >= backoff.max_seconds.bit_length():
+        return backoff.max_seconds
+    doubled: int = backoff.base_seconds << retry_count
+    return min(doubled, backoff.max_seconds)
+
+
+KUEUE_BACKOFF: Final = Backoff()
+
+
+def refused_check(
+    refusal: Refusal,
+    *,
+    on_refusal: OnRefusal,
+    retry_count: int = 0,
+    backoff: Backoff = KUEUE_BACKOFF,
+) -> CheckUpdate:
+    """What our check is given for a refusal, `retry_count` being the check state's.
 
     One a person must resolve gets the configured state (Rejected by default, so its quota is
-    not held); any other (a drain, a race) stays Pending.
+    not held; Retry until `backoff`'s limit, then Rejected); any other (a drain, a race) stays
+    Pending. The reason is the message.
     """
-    return _REFUSED_STATE[on_refusal] if isinstance(refusal, NeedsPerson) else workload.PENDING
-
-
-def refusal_message(refusal: Refusal) -> str:
-    """What the check state's message tells of a refusal."""
-    return f"dispatch: {refusal.reason}"
+    message = f"dispatch: {refusal.reason}"
+    if not isinstance(refusal, NeedsPerson):
+        return CheckUpdate(workload.PENDING, message)
+    state = _REFUSED_STATE[on_refusal]
+    if state != workload.RETRY:
+        return CheckUpdate(state, message)
+    delay = retry_delay(retry_count, backoff)
+    if delay is None:
+        limit = f"retried {retry_count} times, the limit being {backoff.limit_count}"
+        return CheckUpdate(workload.REJECTED, f"{message} ({limit})")
+    return CheckUpdate(workload.RETRY, message, delay)
 
 
 def active_status(check_obj: Mapping[str, Any], *, now: str) -> dict[str, Any]:

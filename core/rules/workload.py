@@ -7,6 +7,7 @@ still shows QuotaReserved=True with checks reset to Pending until its pods are g
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -21,7 +22,6 @@ READY: Final = "Ready"
 PENDING: Final = "Pending"
 REJECTED: Final = "Rejected"  # Kueue deactivates the Workload: its quota is released
 RETRY: Final = "Retry"  # Kueue evicts the Workload and queues it again, with backoff
-RETRY_AFTER_SECONDS: Final = 60  # before Kueue queues a Workload we set Retry again
 MAX_CHECK_MESSAGE: Final = 1024  # characters of a refusal told on the check state
 CHECK_MANAGER: Final = wire.ADMISSION_CHECK_CONTROLLER  # field manager of our status writes
 
@@ -100,6 +100,26 @@ def check_entry(workload: Mapping[str, Any], check: str) -> Mapping[str, Any] | 
         if state.get("name") == check:
             return state
     return None
+
+
+def retry_count(entry: Mapping[str, Any]) -> int:
+    """How often the check was retried: Kueue adds one each time it resets a Retry to Pending."""
+    count = entry.get("retryCount")
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
+
+
+def state_message(message: str, *, previous: str | None) -> str:
+    """The message a check state is written with: the state it replaces told last, bounded.
+
+    As Kueue's MultiKueue check tells every transition (`<message>, Previously: "<state>"`,
+    the state quoted as Go's %q quotes a plain word), so the message says where it came from
+    once Kueue has reset the check (its own "Reset to Pending after eviction. Previously: …").
+    """
+    if previous is not None:
+        message = f"{message}, Previously: {json.dumps(previous, ensure_ascii=False)}"
+    if len(message) > MAX_CHECK_MESSAGE:
+        message = message[: MAX_CHECK_MESSAGE - 1] + "…"
+    return message
 
 
 def check_state(workload: Mapping[str, Any], check: str) -> str | None:
@@ -384,14 +404,16 @@ def build_check_state(
 ) -> dict[str, Any]:
     """A server-side-apply body setting only our check's state and message, on the read.
 
-    `requeue_after_seconds` (with Retry): how long Kueue waits before it queues the Workload
-    again; without it Kueue queues it again at once.
+    The message tells the state it replaces (`state_message`). `requeue_after_seconds` (with
+    Retry): how long Kueue waits before it queues the Workload again; without it Kueue queues
+    it again at once.
 
     `admissionChecks` is a map list keyed by name, so sending our entry alone leaves the
-    other checks' entries to their owners (Kueue's source).
+    other checks' entries to their owners (Kueue's source), `retryCount` among them.
     """
-    if len(message) > MAX_CHECK_MESSAGE:
-        message = message[: MAX_CHECK_MESSAGE - 1] + "…"
+    listed = check_entry(workload, check)
+    previous = None if listed is None or listed.get("state") is None else str(listed["state"])
+    message = state_message(message, previous=previous)
     entry: dict[str, Any] = {
         "name": check,
         "state": state,

@@ -41,6 +41,11 @@ class History:
     raises: dict[str, list[tuple[str, str]]] = field(default_factory=lambda: defaultdict(list))
     # Workload UID -> every (QuotaReserved time, our check's state) its versions carried.
     checks: dict[str, list[tuple[str, str]]] = field(default_factory=lambda: defaultdict(list))
+    # Workload UID -> every distinct (our check's entry, requeueState.requeueAt, QuotaReserved
+    # time) its versions carried, in order.
+    entries: dict[str, list[tuple[dict[str, Any], str | None, str | None]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
     check: str = ""
     _stopped: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -127,6 +132,14 @@ class History:
             (s["state"] for s in status.get("admissionChecks") or [] if s["name"] == self.check),
             None,
         )
+        entry = next(
+            (s for s in status.get("admissionChecks") or [] if s["name"] == self.check), None
+        )
+        if entry is not None:
+            told = (dict(entry), (status.get("requeueState") or {}).get("requeueAt"), reserved)
+            entries = self.entries[workload["metadata"]["uid"]]
+            if not entries or entries[-1] != told:
+                entries.append(told)
         if reserved and state:
             seen = (str(reserved), str(state))
             versions = self.checks[workload["metadata"]["uid"]]

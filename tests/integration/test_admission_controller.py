@@ -66,7 +66,9 @@ def test_it_raises_once_approves_and_admits_another_teams_trainjob_as_it_is(
         pod = kubelet.wait_for_pod(ours, restart=0, admission=1)
         assert kubelet.execute(pod).r == 1
         mine = admitted(custom, namespace, ours)
-        assert check_message(mine, kueue.check) == "dispatch: admission count raised to 1"
+        assert check_message(mine, kueue.check) == (
+            'dispatch: admission count raised to 1, Previously: "Pending"'
+        )
         other = admitted(custom, namespace, theirs)
         assert "without raising an admission count" in check_message(other, kueue.check)
         assert "TrainJob other-team is not a dispatch-managed TrainJob" in check_message(
@@ -85,7 +87,9 @@ def test_it_raises_once_approves_and_admits_another_teams_trainjob_as_it_is(
             ],
             events.APPROVED: ["dispatch: admission count raised to 1"],
         }
-        assert told[theirs] == {events.APPROVED: [check_message(other, kueue.check)]}
+        # The Event tells what the check's message does, less the state it replaced.
+        said = check_message(other, kueue.check).removesuffix(', Previously: "Pending"')
+        assert told[theirs] == {events.APPROVED: [said]}
         job = read_trainjob(custom, namespace, ours)
         assert job["metadata"]["annotations"][wire.ADMISSION_FLOOR_ANNOTATION] == "1"
         assert only.metric("dispatch_admission_raises_total") == 1
@@ -437,5 +441,76 @@ def test_a_trainjob_flagged_foreign_gets_its_check_state_and_the_reason_once(
         )
         again = admitted(custom, namespace, name)
         assert again["metadata"]["uid"] != held["metadata"]["uid"]
-        assert check_message(again, kueue.check) == "dispatch: admission count raised to 1"
+        assert check_message(again, kueue.check) == (
+            'dispatch: admission count raised to 1, Previously: "Pending"'
+        )
         assert only.metric("dispatch_admission_raises_total") == 1
+
+
+def _at(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def test_retry_backs_off_as_kueues_own_checks_then_rejects(
+    control_plane: Cluster,
+    api_client: client.ApiClient,
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    kueue: KueueSetup,
+    custom: client.CustomObjectsApi,
+    tmp_path: Path,
+) -> None:
+    """--on-refusal retry as Kueue's ProvisioningRequest check retries: each refusal sets Retry
+    with a delay doubling from --backoff-base-seconds (2 s, then 4 s) read from the check's
+    retryCount, which real Kueue raises as it evicts the Workload and resets the check; Kueue
+    queues it again no sooner than the delay after the Retry; the refusal after
+    --backoff-limit-count (2) retries is Rejected, and Kueue deactivates the Workload. Every
+    state the controller writes tells the state it replaced, as MultiKueue's messages do."""
+    kueue.install(cpu="1")
+    name = start_queued(step, namespace, torch_runtime, kueue, "retried").result["name"]
+    flag = {wire.FOREIGN_ANNOTATION: wire.FOREIGN, wire.FOREIGN_CAUSE_ANNOTATION: "a reset"}
+    custom.patch_namespaced_custom_object(
+        *TRAINER, namespace, "trainjobs", name, {"metadata": {"annotations": flag}}
+    )
+    extra = ("--on-refusal", "retry", "--backoff-base-seconds", "2", "--backoff-limit-count", "2")
+    with (
+        History(api_client, namespace, check=kueue.check) as history,
+        replicas(control_plane.kubeconfig, namespace, tmp_path, "only", extra=extra) as (only,),
+    ):
+
+        def deactivated() -> dict[str, Any] | None:
+            # Kueue resets the Rejected check to Pending as it deactivates: read the eviction.
+            current = workload_of(custom, namespace, name)
+            stats = current["status"].get("schedulingStats") or {}
+            reasons = {
+                (e.get("reason"), e.get("underlyingCause")) for e in stats.get("evictions") or []
+            }
+            rejected = ("Deactivated", "AdmissionCheck") in reasons
+            return current if rejected and current["spec"].get("active") is False else None
+
+        held = wait_until(deactivated, what="Kueue to deactivate the Workload", timeout=DEADLINE)
+        assert only.metric("dispatch_admission_raises_total") == 0
+    uid = held["metadata"]["uid"]
+    seen = history.entries[uid]
+    ours = [
+        (entry, index)
+        for index, (entry, _, _) in enumerate(seen)
+        if entry["state"] in ("Retry", "Rejected") and seen[index - 1][0] != entry
+    ]
+    told = [(e["state"], e.get("retryCount", 0)) for e, _ in ours]
+    assert told == [("Retry", 0), ("Retry", 1), ("Rejected", 2)], seen
+    assert [e["requeueAfterSeconds"] for e, _ in ours[:2]] == [2, 4], seen
+    for entry, _ in ours:
+        assert "is flagged foreign" in entry["message"], entry
+        assert entry["message"].endswith(', Previously: "Pending"'), entry
+    assert "(retried 2 times, the limit being 2)" in ours[-1][0]["message"]
+    # Each retry is queued again by Kueue at the Retry's time plus its delay, and reserved no
+    # sooner: the reservation that the next refusal answers comes after it.
+    for (entry, index), (_, following) in pairwise(ours):
+        due = _at(entry["lastTransitionTime"]) + timedelta(seconds=entry["requeueAfterSeconds"])
+        requeued = {at for _, at, _ in seen[index + 1 : following] if at is not None}
+        assert {_at(at) for at in requeued} == {due}, seen
+        reserved = {r for _, _, r in seen[index:following] if r is not None} - {seen[index][2]}
+        assert reserved, seen
+        assert all(_at(r) >= due for r in reserved), seen

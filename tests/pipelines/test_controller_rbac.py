@@ -172,7 +172,9 @@ def test_the_shipped_identity_runs_the_controller(
         workload = admitted(custom, namespace, name)
         states = {s["name"]: s for s in workload["status"]["admissionChecks"]}
         assert states[kueue.check]["state"] == "Ready"
-        assert states[kueue.check]["message"] == "dispatch: admission count raised to 1"
+        assert states[kueue.check]["message"] == (
+            'dispatch: admission count raised to 1, Previously: "Pending"'
+        )
         job = read_trainjob(custom, namespace, name)
         assert job["metadata"]["annotations"][wire.ADMISSION_FLOOR_ANNOTATION] == "1"
         assert replica.metric("dispatch_admission_raises_total") == 1

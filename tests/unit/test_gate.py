@@ -16,7 +16,6 @@ from dispatch_k8s.core.rules.identity import MAX_R
 from dispatch_k8s.core.rules.trainjob import Draining
 from dispatch_k8s.core.rules.workload import (
     MAX_CHECK_MESSAGE,
-    RETRY_AFTER_SECONDS,
     Finished,
     Skip,
     build_check_state,
@@ -192,7 +191,9 @@ def test_a_refusal_a_person_must_resolve_gets_the_configured_state(
 ) -> None:
     for refusal in _refusals_needing_a_person():
         assert isinstance(refusal, NeedsPerson), refusal
-        assert gate.refused_state(refusal, on_refusal=on_refusal) == state
+        update = gate.refused_check(refusal, on_refusal=on_refusal)
+        assert (update.state, update.message) == (state, f"dispatch: {refusal.reason}")
+        assert update.requeue_after_seconds == (60 if state == "Retry" else None)
 
 
 def test_a_wait_or_a_race_stays_pending_whatever_the_setting() -> None:
@@ -207,10 +208,44 @@ def test_a_wait_or_a_race_stays_pending_whatever_the_setting() -> None:
     for refusal in (draining, open_job):
         assert not isinstance(refusal, NeedsPerson)
         for on_refusal in ("reject", "retry", "wait"):
-            assert gate.refused_state(refusal, on_refusal=on_refusal) == "Pending"
+            update = gate.refused_check(refusal, on_refusal=on_refusal, retry_count=9)
+            assert (update.state, update.requeue_after_seconds) == ("Pending", None)
 
 
-def test_the_check_state_carries_the_reason_bounded_and_a_retry_its_delay() -> None:
+def test_retries_back_off_as_kueues_provisioning_check_then_reject() -> None:
+    """Kueue's defaults (60, 1800, 3): 60 s, 120 s, 240 s, then Rejected with the count."""
+    (refusal, *_) = _refusals_needing_a_person()
+    told = [gate.refused_check(refusal, on_refusal="retry", retry_count=n) for n in range(4)]
+    assert [(u.state, u.requeue_after_seconds) for u in told] == [
+        ("Retry", 60),
+        ("Retry", 120),
+        ("Retry", 240),
+        ("Rejected", None),
+    ]
+    assert told[3].message == f"dispatch: {refusal.reason} (retried 3 times, the limit being 3)"
+
+
+@given(
+    count=st.integers(min_value=0, max_value=2**31 - 1),
+    base=st.integers(min_value=1, max_value=2**31 - 1),
+    most=st.integers(min_value=1, max_value=2**31 - 1),
+    limit=st.integers(min_value=0, max_value=2**31 - 1),
+)
+def test_the_delay_doubles_up_to_the_max_and_none_past_the_limit(
+    count: int, base: int, most: int, limit: int
+) -> None:
+    backoff = gate.Backoff(base_seconds=base, max_seconds=most, limit_count=limit)
+    delay = gate.retry_delay(count, backoff)
+    if count >= limit:
+        assert delay is None
+        return
+    assert delay == (most if count >= 64 else min(base * 2**count, most))
+    assert delay is not None
+    following = gate.retry_delay(count + 1, backoff)
+    assert following is None or following == min(2 * delay, most)
+
+
+def test_the_check_state_carries_the_reason_bounded_the_previous_state_and_a_delay() -> None:
     body = build_check_state(
         workload_dict(),
         check=CHECK,
@@ -218,12 +253,23 @@ def test_the_check_state_carries_the_reason_bounded_and_a_retry_its_delay() -> N
         resource_version=ResourceVersion("7"),
         message="x" * 5000,
         now="2026-12-02T00:00:00Z",
-        requeue_after_seconds=RETRY_AFTER_SECONDS,
+        requeue_after_seconds=120,
     )
     (entry,) = body["status"]["admissionChecks"]
-    assert (entry["state"], entry["requeueAfterSeconds"]) == ("Retry", 60)
+    assert (entry["state"], entry["requeueAfterSeconds"]) == ("Retry", 120)
     assert len(entry["message"]) == MAX_CHECK_MESSAGE
     assert body["metadata"]["resourceVersion"] == "7"
+    short = build_check_state(
+        workload_dict(),
+        check=CHECK,
+        state="Rejected",
+        resource_version=ResourceVersion("7"),
+        message="dispatch: why",
+        now="2026-12-02T00:00:00Z",
+    )
+    (entry,) = short["status"]["admissionChecks"]
+    assert entry["message"] == 'dispatch: why, Previously: "Pending"'
+    assert "requeueAfterSeconds" not in entry
 
 
 @given(

@@ -424,8 +424,9 @@ def test_a_bad_value_from_a_flag_or_the_env_names_both(monkeypatch: pytest.Monke
 
 
 CONTROLLER_BOUNDS: Final = (
-    "dispatch-admission-controller: --workers, --audit-workers and --kube-api-burst must be at "
-    "least 1, --resync-seconds above 0, --kube-api-qps 0 or more and --lease-seconds at least 3"
+    "dispatch-admission-controller: --workers, --audit-workers, --kube-api-burst, "
+    "--backoff-base-seconds and --backoff-max-seconds must be at least 1, --resync-seconds above "
+    "0, --kube-api-qps and --backoff-limit-count 0 or more and --lease-seconds at least 3"
 )
 
 
@@ -434,6 +435,7 @@ CONTROLLER_BOUNDS: Final = (
     [
         (["--workers", "0", "--lease-seconds", "2"], CONTROLLER_BOUNDS),
         (["--kube-api-qps=-1", "--resync-seconds", "0"], CONTROLLER_BOUNDS),
+        (["--backoff-base-seconds", "0", "--backoff-limit-count=-1"], CONTROLLER_BOUNDS),
         # Any other bad value is told first, alone, as the bounds were once checked after it.
         (
             ["--audit-workers", "0", "--other-workloads", "x"],
@@ -441,7 +443,7 @@ CONTROLLER_BOUNDS: Final = (
             "Input should be 'approve' or 'leave'",
         ),
     ],
-    ids=["at-least", "above", "other-first"],
+    ids=["at-least", "above", "backoff", "other-first"],
 )
 def test_the_controller_s_bounds_are_told_together_in_one_line(argv: list[str], told: str) -> None:
     done = step("dispatch-admission-controller", *argv)

@@ -237,7 +237,7 @@ def test_approval_sets_only_our_check_and_carries_the_precondition() -> None:
         {
             "name": CHECK,
             "state": "Ready",
-            "message": "dispatch: admission count raised to 4",
+            "message": 'dispatch: admission count raised to 4, Previously: "Pending"',
             "lastTransitionTime": "2026-11-30T10:00:05Z",
         }
     ]

@@ -20,6 +20,7 @@ import pytest
 from kubernetes import client
 
 from dispatch_k8s.core.rules import wire
+from release.dist import DIST
 from tests.cluster import kube
 from tests.cluster.engines import loopback_api_env
 from tests.cluster.node import TOLERATION
@@ -104,10 +105,13 @@ def test_the_shipped_controller_pod_runs_as_shipped_leads_gates_flags_and_serves
 ) -> None:
     kueue.install(cpu="8")
     shipped = shipped_deployment()
-    # The chart's default values make the same pods: this one pod is both installs' (one run,
-    # not two, on the node).
-    charted = chart_deployment(tmp_path)
-    assert charted["spec"] == shipped["spec"], "the chart's default Deployment is the bundle's"
+    # The chart in check mode makes the same pods: this one pod is both installs' (one run, not
+    # two, on the node). Its default values choose policy mode where the API server serves
+    # MutatingAdmissionPolicy (as helm template assumes): the policy-mode bundle's pods.
+    charted = chart_deployment(tmp_path, ["kueue.mode=check"])
+    assert charted["spec"] == shipped["spec"], "the chart's check-mode Deployment is the bundle's"
+    policy_mode = shipped_deployment(DIST / "install-kueue-policy.yaml")
+    assert chart_deployment(tmp_path)["spec"] == policy_mode["spec"], "and its default, policy mode"
     (container,) = shipped["spec"]["template"]["spec"]["containers"]
     assert container["image"] == step_image_on_node, "the image the Deployment names"
     listeners, api = Listeners.free(), api_port(control_plane.kubeconfig)

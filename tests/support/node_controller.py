@@ -120,18 +120,17 @@ def pod_of(deployment: dict[str, Any], name: str) -> dict[str, Any]:
     }
 
 
-def shipped_deployment() -> dict[str, Any]:
-    """The admission controller's Deployment as dist/ ships it."""
-    (deployment,) = [d for d in documents(BUNDLE) if d["kind"] == "Deployment"]
+def shipped_deployment(bundle: Path = BUNDLE) -> dict[str, Any]:
+    """The admission controller's Deployment as `bundle` in dist/ ships it."""
+    (deployment,) = [d for d in documents(bundle) if d["kind"] == "Deployment"]
     return deployment
 
 
-def chart_deployment(work: Path) -> dict[str, Any]:
+def chart_deployment(work: Path, values: Sequence[str] = ()) -> dict[str, Any]:
     """The admission controller's Deployment as `helm template` renders the chart with its
-    default values (helm's home under `work`)."""
-    (deployment,) = [
-        d for d in dist.objects(tools.template([], home=work / "helm")) if d["kind"] == "Deployment"
-    ]
+    default values but `values` (helm's home under `work`)."""
+    rendered = tools.template(values, home=work / "helm")
+    (deployment,) = [d for d in dist.objects(rendered) if d["kind"] == "Deployment"]
     return deployment
 
 

@@ -7,7 +7,6 @@ import secrets
 import shlex
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client
@@ -15,7 +14,7 @@ from kubernetes import client
 from dispatch_k8s.core.rules import doctor
 from tests.cluster import kube
 from tests.support.cluster_under_test import Cluster
-from tests.support.diagnosed import diagnosed
+from tests.support.diagnosed import diagnosed, jobset_deployment
 from tests.support.kubectl import run_kubectl
 from tests.support.step_identity import identity_objects
 
@@ -55,24 +54,7 @@ def jobset_elsewhere(api_client: client.ApiClient) -> Iterator[str]:
     name = f"doctor-jobset-{secrets.token_hex(3)}"
     core = client.CoreV1Api(api_client)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    labels = {"app": "jobset-doctor"}
-    deployment: dict[str, Any] = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "jobset-controller-manager", "namespace": name},
-        "spec": {
-            "replicas": 0,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "serviceAccountName": "jobset-controller-manager",
-                    "containers": [{"name": "manager", "image": "jobset:v0.12.0"}],
-                },
-            },
-        },
-    }
-    kube.apply(api_client, deployment, namespace=name)
+    kube.apply(api_client, jobset_deployment(name), namespace=name)
     yield name
     core.delete_namespace(name)
 

@@ -46,23 +46,7 @@ def finds_the_install(
     fails with the patch of that ConfigMap, and the patch works."""
     controller = f"{prefix}{doctor.CONTROLLER}"
     parameters = f"{prefix}{doctor.CONTROLLERS_CONFIG_MAP}"
-    labels = {"app": "jobset-doctor"}
-    jobset: dict[str, Any] = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "jobset-controller-manager", "namespace": namespace},
-        "spec": {
-            "replicas": 0,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "serviceAccountName": "jobset-controller-manager",
-                    "containers": [{"name": "manager", "image": "jobset:v0.12.0"}],
-                },
-            },
-        },
-    }
+    jobset = jobset_deployment(namespace)
     kube.apply(api, jobset, namespace=namespace)
     try:
         _, rows = diagnosed(kubeconfig, namespace)
@@ -85,3 +69,26 @@ def finds_the_install(
         assert fixed["identity/jobset"]["status"] == "pass", fixed["identity/jobset"]
     finally:
         kube.delete(api, jobset, namespace=namespace)
+
+
+def jobset_deployment(namespace: str) -> dict[str, Any]:
+    """JobSet's Deployment as an install in `namespace` has it, run as a ServiceAccount the
+    path guard does not trust: replicas 0, so nothing runs; what the doctor reads is the
+    install's objects."""
+    labels = {"app": "jobset-doctor"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "jobset-controller-manager", "namespace": namespace},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": "jobset-controller-manager",
+                    "containers": [{"name": "manager", "image": "jobset:v0.12.0"}],
+                },
+            },
+        },
+    }

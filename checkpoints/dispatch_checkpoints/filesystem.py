@@ -6,7 +6,7 @@ node):
     ROOT/epochs/00000003000007000002          created once by that execution's start (its attempt)
     ROOT/head/00000000000000000007.json       the head record's versions, each created once
     ROOT/saves/e00000003000007000002-s000000000120/     a complete save
-    ROOT/saves/.partial-e…-s…-<random>/                 one being written
+    ROOT/saves/.partial-e…-s…-<attempt>/                one being written (its attempt hashed)
 
 The head record (ordering.py) is a log of versions, each created by link(2) of a file already
 written and synced: link fails if the name exists, on local filesystems and NFS alike, so of two
@@ -21,6 +21,7 @@ and only then committed, so the latest save is always complete.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -89,13 +90,47 @@ class FilesystemStore:
         started (a save refused at the commit stays on disk, is never the latest and is
         removed by prune()), FileExistsError if this step was saved before.
         """
+        partial = self.stage(execution, step)
+        for name, data in files.items():
+            if "/" in name or name in ("", ".", ".."):
+                raise ValueError(f"a save's file names are plain names, not {name!r}")
+            _write_synced(partial / name, data)
+        return self.commit(execution, step)
+
+    def stage(self, execution: Execution, step: int) -> Path:
+        """The directory this execution's save at `step` is written in before its commit.
+
+        Every caller that names the same execution and step is given the same directory (the
+        ranks of one save agree on it without talking); it is created if missing. Raises
+        StaleExecution once a newer execution has started, NotStarted before this one did.
+        """
         check_saving(self._read_head()[1], execution.epoch)
+        partial = self.staging(execution, step)
+        partial.mkdir(parents=True, exist_ok=True)
+        return partial
+
+    def staging(self, execution: Execution, step: int) -> Path:
+        """Where stage() puts this execution's save at `step`: nothing is checked or made."""
+        mark = hashlib.sha256(execution.attempt.encode()).hexdigest()[:8]
+        return self._saves / f".partial-e{execution.epoch:0{EPOCH_DIGITS}d}-s{step}-{mark}"
+
+    def commit(self, execution: Execution, step: int) -> Checkpoint:
+        """Make the staged save at `step` (its files written and synced) the latest.
+
+        Raises StaleExecution once a newer execution has started (the save stays on disk, is
+        never the latest and is removed by prune()), FileExistsError if this step was saved
+        before.
+        """
         key = SaveKey(execution.epoch, step)
-        final = self._publish(key, files)
+        final = self._publish(self.staging(execution, step), key)
         while True:
             version, head = self._read_head()
             if self._write_head(version + 1, decide_commit(head, key)):
                 return Checkpoint(key.epoch, key.step, final)
+
+    def saved(self, epoch: int, step: int) -> Checkpoint:
+        """Where the save of `epoch` at `step` is once committed."""
+        return Checkpoint(epoch, step, self._saves / _save_name(SaveKey(epoch, step)))
 
     def latest(self) -> Checkpoint | None:
         """The save to resume from: the latest committed one."""
@@ -166,18 +201,8 @@ class FilesystemStore:
                 f"{execution.attempt}: two executions may not share an epoch"
             )
 
-    def _publish(self, key: SaveKey, files: Mapping[str, bytes]) -> Path:
-        """Write the save under a partial name, sync it, and rename it to its final name."""
-        self._saves.mkdir(parents=True, exist_ok=True)
-        partial = (
-            self._saves
-            / f".partial-e{key.epoch:0{EPOCH_DIGITS}d}-s{key.step}-{secrets.token_hex(4)}"
-        )
-        partial.mkdir()
-        for name, data in files.items():
-            if "/" in name or name in ("", ".", ".."):
-                raise ValueError(f"a save's file names are plain names, not {name!r}")
-            _write_synced(partial / name, data)
+    def _publish(self, partial: Path, key: SaveKey) -> Path:
+        """Sync the staged save's directory and rename it to its final name."""
         _sync_directory(partial)
         final = self._saves / _save_name(key)
         try:
@@ -196,9 +221,7 @@ class FilesystemStore:
         ]
 
     def _checkpoint(self, key: SaveKey | None) -> Checkpoint | None:
-        return (
-            None if key is None else Checkpoint(key.epoch, key.step, self._saves / _save_name(key))
-        )
+        return None if key is None else self.saved(key.epoch, key.step)
 
     @staticmethod
     def _names(directory: Path) -> list[str]:

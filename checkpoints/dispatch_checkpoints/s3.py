@@ -4,11 +4,13 @@
     PREFIX/epochs/<epoch>                         created once (If-None-Match: *) by each start
     PREFIX/saves/e<epoch>-s<step>/<token>/<file>  a save's files, under a name of its own
 
-A save's files go under a token no other writer uses, so no object is ever overwritten; the
+A save's files go under a token no other writer uses (random; for a save staged by stage(),
+as DCP's ranks do, its attempt's hash), so no object of another's is overwritten; the
 save becomes visible by the head record's compare-and-swap (PutObject with If-Match on the
 ETag read), which names its token and files: the head record is the commit object. The check
 before writing reads the head; the commit swaps it on that read's ETag, so a save costs its
 files' PUTs and two requests more when nobody else wrote the head meanwhile (a GET and a PUT).
+A staged save (stage(), then commit() given what stage() returned) costs the same two.
 
 Some stores accept the conditional headers and ignore them. `S3Store` probes its bucket once
 (two create-only PUTs of one key: the second must be refused with 412, and a PUT with a wrong
@@ -17,9 +19,10 @@ If-Match too) and refuses to run on a store that fails (UnsafeStore).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -59,6 +62,17 @@ class _Read:
     head: Head
     etag: str | None
     saved: S3Checkpoint | None
+
+
+@dataclass(frozen=True, slots=True)
+class Staged:
+    """A save staged by stage(): where its files go, and the head as its check read it.
+
+    Its commit swaps on that read (one read for both, as save() does).
+    """
+
+    prefix: str
+    read: _Read
 
 
 class S3Store:
@@ -120,11 +134,44 @@ class S3Store:
             if "/" in name or name in ("", ".", ".."):
                 raise ValueError(f"a save's file names are plain names, not {name!r}")
             self._s3.put_object(Bucket=self._bucket, Key=self._file(key, token, name), Body=data)
-        saved = S3Checkpoint(key.epoch, key.step, token, tuple(sorted(files)))
-        while True:
-            if self._swap(read, decide_commit(read.head, key), saved):
-                return saved
-            read = self._read_head()
+        return self._commit(read, S3Checkpoint(key.epoch, key.step, token, tuple(sorted(files))))
+
+    def stage(self, execution: Execution, step: int) -> Staged:
+        """Check that this execution may save at `step`; where it is written before its commit.
+
+        The key prefix is staging()'s, the same for every caller that names the same execution
+        and step (the ranks of one save agree on it without talking). Give the result to
+        commit(), which then swaps on this check's read of the head.
+
+        Raises StaleExecution once a newer execution has started, NotStarted before this one
+        did, OutOfOrder if the step is not above the latest save.
+        """
+        read = self._read_head()
+        check_saving(read.head, execution.epoch)
+        decide_commit(read.head, SaveKey(execution.epoch, step))
+        return Staged(self.staging(execution, step), read)
+
+    def staging(self, execution: Execution, step: int) -> str:
+        """Where stage() puts this execution's save at `step`: nothing is checked."""
+        return self._file(SaveKey(execution.epoch, step), _token(execution), "").removesuffix("/")
+
+    def commit(
+        self, execution: Execution, step: int, files: Iterable[str], staged: Staged | None = None
+    ) -> S3Checkpoint:
+        """Make the staged save at `step`, of the named files under staging(), the latest.
+
+        With `staged` (stage()'s answer), the head is swapped on the ETag that check read, and
+        read again only if another writer changed it since; without, it is read first.
+        Raises StaleExecution once a newer execution has started (the save is never the
+        latest), OutOfOrder if the step is no longer above the latest save.
+        """
+        saved = S3Checkpoint(execution.epoch, step, _token(execution), tuple(sorted(files)))
+        return self._commit(self._read_head() if staged is None else staged.read, saved)
+
+    def location(self, checkpoint: S3Checkpoint) -> str:
+        """The key prefix a committed save's files are under."""
+        key = SaveKey(checkpoint.epoch, checkpoint.step)
+        return self._file(key, checkpoint.token, "").removesuffix("/")
 
     def latest(self) -> S3Checkpoint | None:
         """The save to resume from: the latest committed one."""
@@ -140,7 +187,43 @@ class S3Store:
             for name in checkpoint.files
         }
 
+    # --- a staged save's objects, for DCP's writer and reader (distributed.py) -----------
+
+    def put(self, key: str, data: bytes) -> None:
+        """Write an object of a staged save (under staging()), which no other writer names."""
+        self._s3.put_object(Bucket=self._bucket, Key=key, Body=data)
+
+    def get(self, key: str) -> bytes:
+        """An object of a save, whole."""
+        body: bytes = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"].read()
+        return body
+
+    def exists(self, key: str) -> bool:
+        """Whether an object of a save is there."""
+        try:
+            self._s3.head_object(Bucket=self._bucket, Key=key)
+        except self._s3.exceptions.ClientError as e:
+            if str(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")) == "404":
+                return False
+            raise
+        return True
+
+    def delete(self, key: str) -> None:
+        """Remove an object of a staged save."""
+        self._s3.delete_object(Bucket=self._bucket, Key=key)
+
     # --- the head record -----------------------------------------------------------------
+
+    def _commit(self, read: _Read, saved: S3Checkpoint) -> S3Checkpoint:
+        """Swap `saved` in as the latest save, from the head as `read`.
+
+        Reads the head again until a swap goes through or the commit is refused.
+        """
+        key = SaveKey(saved.epoch, saved.step)
+        while True:
+            if self._swap(read, decide_commit(read.head, key), saved):
+                return saved
+            read = self._read_head()
 
     def _read_head(self) -> _Read:
         try:
@@ -216,3 +299,8 @@ class S3Store:
                 return None
             raise
         return answer
+
+
+def _token(execution: Execution) -> str:
+    """A staged save's token: its attempt's, so every rank of it names the same one."""
+    return hashlib.sha256(execution.attempt.encode()).hexdigest()[:16]

@@ -8,7 +8,9 @@ Run as a TrainJob's trainer command, with the checkpoint volume mounted at --roo
 
 It refuses to start without `DISPATCH_EPOCH` and `DISPATCH_ATTEMPT` (exit 2), starts on the
 store (dispatch_checkpoints: the save to resume from), and saves under its own epoch only, also
-once more when it is asked to stop (SIGTERM, within the pod's grace period). Once a newer
+once more when it is asked to stop (SIGTERM, within the pod's grace period), then exits 143
+as a process the signal killed does, never 0 (docs/design.md: a trainer stopped exits
+non-zero: a pod preempted that exits 0 completes the Job with nothing restarted). Once a newer
 execution has started, the store refuses this one's saves (StaleExecution): it reports that and
 steps aside with exit 0, since a newer execution owns the job and this one's end is no failure
 to retry. Each event is one JSON line on stdout.
@@ -28,6 +30,7 @@ from typing import Any
 from dispatch_checkpoints import Execution, FilesystemStore, MissingIdentity, StaleExecution
 
 STATE = "state.json"
+STOPPED = 128 + signal.SIGTERM  # the exit code of a process SIGTERM killed
 
 
 def report(event: str, **fields: Any) -> None:
@@ -61,7 +64,10 @@ def main(argv: list[str]) -> int:
     except StaleExecution as e:
         report("stale", epoch=execution.epoch, reason=str(e))
         return 0
-    report("stopped" if stopping.is_set() else "done", epoch=execution.epoch, step=step)
+    if stopping.is_set():
+        report("stopped", epoch=execution.epoch, step=step)
+        return STOPPED
+    report("done", epoch=execution.epoch, step=step)
     return 0
 
 

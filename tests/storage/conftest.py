@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +15,12 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, EndpointConnectionError
 
+from tests.cluster import extras
 from tests.cluster.seaweedfs import SeaweedFS
 from tests.cluster.wait import wait_until
 
 pytestmark = pytest.mark.storage
+BUCKET = "checkpoints"
 
 
 def client_for(endpoint: str, **options: Any) -> Any:
@@ -32,10 +35,10 @@ def client_for(endpoint: str, **options: Any) -> Any:
     )
 
 
-@pytest.fixture(scope="session")
-def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """SeaweedFS for the whole run: its S3 endpoint, once a bucket can be made and written."""
-    with SeaweedFS(Path(tmp_path_factory.mktemp("storage"))) as server:
+@contextmanager
+def serving(run_dir: Path) -> Iterator[str]:
+    """SeaweedFS in `run_dir`: its S3 endpoint, once BUCKET is made and takes a write."""
+    with SeaweedFS(run_dir) as server:
         s3 = client_for(server.endpoint)
 
         def writable() -> bool | None:
@@ -50,7 +53,11 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield server.endpoint
 
 
-BUCKET = "checkpoints"
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """SeaweedFS for the whole run: its S3 endpoint, once a bucket can be made and written."""
+    with serving(Path(tmp_path_factory.mktemp("storage"))) as endpoint:
+        yield endpoint
 
 
 @pytest.fixture
@@ -69,3 +76,9 @@ def prefix() -> str:
 def s3(s3_endpoint: str) -> Any:
     """A boto3 S3 client for the test's server."""
     return client_for(s3_endpoint)
+
+
+@pytest.fixture(scope="session")
+def torch_installed() -> None:
+    """torch imports: scripts/setup installs it in the background (tests/cluster/extras.py)."""
+    extras.wait_for_torch()

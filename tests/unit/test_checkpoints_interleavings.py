@@ -8,12 +8,13 @@ a newer epoch had started."""
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from dispatch_checkpoints import Execution, FilesystemStore, OutOfOrder, SaveKey, StaleExecution
-from dispatch_checkpoints.ordering import Head, NotStarted, check_saving, decide_commit
+from dispatch_checkpoints.ordering import Head, NotStarted, decide_commit
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -43,6 +44,10 @@ class Interleavings(RuleBasedStateMachine):
         self.seen: SaveKey | None = None  # the latest save as last read
         self.steps = iter(range(1, 10_000))
 
+    def teardown(self) -> None:
+        """Each example's store removed: a run makes thousands."""
+        shutil.rmtree(self.root)
+
     @rule(index=execution_index)
     def start(self, index: int) -> None:
         execution = EXECUTIONS[index]
@@ -60,10 +65,12 @@ class Interleavings(RuleBasedStateMachine):
         execution = EXECUTIONS[index]
         key = SaveKey(execution.epoch, next(self.steps))
         try:
-            check_saving(self.store._read_head()[1], execution.epoch)
+            partial = self.store.stage(execution, key.step)
         except (StaleExecution, NotStarted):
             return
-        self.store._publish(key, state(key))
+        for name, data in state(key).items():
+            (partial / name).write_bytes(data)
+        self.store._publish(partial, key)
         self.commits.append(Commit(key))
 
     @rule(data=st.data())

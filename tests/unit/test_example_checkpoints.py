@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -73,3 +74,22 @@ def test_an_execution_a_newer_one_overtook_steps_aside_without_saving(tmp_path: 
     latest = FilesystemStore(tmp_path).latest()
     assert latest is not None
     assert (latest.epoch, latest.step) == (NEWER.epoch, 10)
+
+
+def test_stopped_by_sigterm_it_exits_143_not_0(tmp_path: Path) -> None:
+    """Exit 0 would make a preempted pod Succeeded and complete the Job (docs/design.md)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("DISPATCH_")}
+    env |= {"DISPATCH_EPOCH": str(OLDER.epoch), "DISPATCH_ATTEMPT": OLDER.attempt}
+    args = ("--steps", "100000", "--save-every", "1000", "--step-seconds", "0.01")
+    with subprocess.Popen(
+        [sys.executable, str(EXAMPLE / "train.py"), "--root", str(tmp_path), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as running:
+        assert running.stdout is not None
+        assert json.loads(running.stdout.readline())["event"] == "resumed"
+        running.send_signal(signal.SIGTERM)
+        said = [json.loads(line) for line in running.stdout]
+        assert running.wait(timeout=60) == 128 + signal.SIGTERM
+    assert said[-1]["event"] == "stopped", said

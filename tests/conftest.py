@@ -15,7 +15,7 @@ import os
 import re
 import secrets
 import signal
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Final, NoReturn
@@ -25,7 +25,7 @@ from hypothesis import settings
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from tests.cluster import binaries
+from tests.cluster import binaries, extras, seaweedfs
 from tests.cluster.harness import ControlPlane
 from tests.cluster.wait import wait_until
 from tests.support import policies
@@ -40,6 +40,27 @@ settings.load_profile("dispatch")
 _PLANE: Final = pytest.StashKey[ControlPlane]()
 _ABSENT: Final = pytest.StashKey[list[str]]()  # control-plane components not built yet
 _NAME_UNSAFE: Final = re.compile(r"[^a-z0-9-]+")
+_TESTS: Final = Path(__file__).resolve().parent
+# The version matrix's other cells (docs/install.md, Supported versions) run these, marked
+# `matrix` here (`pytest -m matrix`), where the default cell runs every suite: what the
+# Kubernetes and Trainer releases decide. The policies are the API server's code (CEL,
+# admission), the adversarial matrix and the rest of the real node are the kubelet's and
+# Trainer's path to the container, Kueue mode is Kueue's TrainJob integration against the
+# Trainer beside it, and the runtime snapshot is what Trainer v2.3.0 added.
+MATRIX: Final = tuple(
+    _TESTS / path
+    for path in (
+        "integration/test_policies.py",
+        "integration/test_policies_create.py",
+        "integration/test_policies_path.py",
+        "integration/test_policy_mode.py",
+        "integration/test_kueue_mode.py",
+        "integration/test_kueue_lifetime.py",
+        "integration/test_kueue_requests.py",
+        "integration/test_runtime_snapshot.py",
+        "node",
+    )
+)
 
 
 def _interrupted(_signal: int, _frame: FrameType | None) -> NoReturn:
@@ -147,11 +168,40 @@ def _stores(item: pytest.Item) -> bool:
     return item.get_closest_marker("storage") is not None
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--part",
+        metavar="K/N",
+        help="run only the Kth of N parts of the selected tests: every Nth from the Kth, in run "
+        "order (tests/lanes.py splits the node suite so)",
+    )
+
+
+def _part(value: str) -> tuple[int, int]:
+    k, _, n = value.partition("/")
+    if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise pytest.UsageError(f"--part {value}: expected K/N with 1 <= K <= N")
+    return int(k), int(n)
+
+
+def _in_matrix(item: pytest.Item) -> bool:
+    """A test of the suites the version matrix's other cells run (MATRIX)."""
+    return any(item.path == suite or suite in item.path.parents for suite in MATRIX)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The tests that need no cluster first, each group in its collected order: on a new
     machine they run while the control plane's binaries build in the background; the storage
-    suite last, as SeaweedFS is the last binary that background build makes."""
+    suite last, as SeaweedFS is the last binary that background build makes. MATRIX's are
+    marked `matrix`. With --part K/N, only every Nth of them from the Kth: a matrix's cells
+    alternate between the parts."""
+    for item in filter(_in_matrix, items):
+        item.add_marker(pytest.mark.matrix)
     items.sort(key=lambda item: (_stores(item), _needs_plane(item)))
+    if (value := config.getoption("--part")) is not None:
+        k, n = _part(value)
+        config.hook.pytest_deselected(items=[t for i, t in enumerate(items) if i % n != k - 1])
+        items[:] = items[k - 1 :: n]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -167,23 +217,52 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         ) from e
 
 
+def _engines() -> None:
+    """Argo's and Tekton's binaries (on the local control plane only)."""
+    if not os.environ.get(EXISTING_CLUSTER_ENV):
+        binaries.binaries(engines=True)
+
+
+# What a fixture's setup waits for on a new machine, which scripts/setup builds or installs in
+# the background: had by the first test that uses the fixture, outside its timeout. The lanes
+# reach them within minutes of the control plane, before the background work is done.
+_BACKGROUND: Final[dict[str, tuple[str, Callable[[], object]]]] = {
+    "engines": ("Argo's and Tekton's binaries", _engines),
+    "s3_endpoint": ("SeaweedFS's binary", seaweedfs.weed),
+    "torch_installed": ("torch", extras.wait_for_torch),
+}
+_HAD: Final = pytest.StashKey[set[str]]()  # the fixtures of _BACKGROUND already had
+
+
+def _tell(item: pytest.Item, line: str) -> None:
+    reporter = item.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(line)
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_protocol(
     item: pytest.Item, nextitem: pytest.Item | None
 ) -> Generator[None, object, object]:
     """Before the first test that needs the control plane, have its binaries: wait for the
-    background build (scripts/setup starts it), or build what it left. Outside every test's
-    timeout: this wrapper runs before pytest-timeout's starts the clock."""
+    background build (scripts/setup starts it), or build what it left; likewise before the
+    first test of each fixture in _BACKGROUND. Outside every test's timeout: this wrapper runs
+    before pytest-timeout's starts the clock."""
     absent = item.config.stash.get(_ABSENT, [])
     if absent and _needs_plane(item):
-        reporter = item.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_line(
-                f"the control plane's {', '.join(absent)}: waiting for their background build, "
-                f"or building what it left ({binaries.cold_build_time(absent)} cold on 2 cores)"
-            )
+        _tell(
+            item,
+            f"the control plane's {', '.join(absent)}: waiting for their background build, "
+            f"or building what it left ({binaries.cold_build_time(absent)} cold on 2 cores)",
+        )
         binaries.binaries()  # a build under way is waited for (its lock); a missing one is built
         item.config.stash[_ABSENT] = []
+    had = item.config.stash.setdefault(_HAD, set())
+    for fixture in set(getattr(item, "fixturenames", ())) & _BACKGROUND.keys() - had:
+        what, have = _BACKGROUND[fixture]
+        _tell(item, f"{what}: waiting for the background build or install, or doing what it left")
+        have()
+        had.add(fixture)
     return (yield)
 
 

@@ -26,7 +26,7 @@ import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import yaml
 
@@ -112,6 +112,39 @@ RBAC_DECISION: Final = "authorization.k8s.io/decision"
 NODE_READY_TIMEOUT: Final = 180.0
 WEBHOOK_UNREACHABLE: Final = "failed calling webhook"
 PROBE_NAME: Final = "dispatch-harness-probe"
+# Which admission policies kube-apiserver serves: every kind (v1.36's default), or as a cluster
+# before 1.36 serves them (ValidatingAdmissionPolicy alone), or before 1.30 (neither). Both are
+# GA and their feature gates locked on, so the only way to an older cluster's API is to turn
+# the resources off (--runtime-config) and their admission plugins with them.
+ServedPolicies = Literal["all", "validating", "none"]
+_POLICY_RESOURCES: Final = {
+    "MutatingAdmissionPolicy": ("mutatingadmissionpolicies", "mutatingadmissionpolicybindings"),
+    "ValidatingAdmissionPolicy": (
+        "validatingadmissionpolicies",
+        "validatingadmissionpolicybindings",
+    ),
+}
+_NOT_SERVED: Final[dict[ServedPolicies, tuple[str, ...]]] = {
+    "all": (),
+    "validating": ("MutatingAdmissionPolicy",),
+    "none": ("MutatingAdmissionPolicy", "ValidatingAdmissionPolicy"),
+}
+
+
+def _policy_flags(served: ServedPolicies) -> list[str]:
+    """kube-apiserver's flags that leave out the policy kinds `served` does not serve."""
+    off = _NOT_SERVED[served]
+    if not off:
+        return []
+    resources = [
+        f"admissionregistration.k8s.io/v1/{resource}=false"
+        for kind in off
+        for resource in _POLICY_RESOURCES[kind]
+    ]
+    return [
+        f"--runtime-config={','.join(resources)}",
+        f"--disable-admission-plugins={','.join(off)}",
+    ]
 
 
 class ControlPlaneError(RuntimeError):
@@ -143,9 +176,11 @@ class ControlPlane:
         progress: Callable[[str], None] | None = None,
         node: bool = False,
         layout: identities.Layout = identities.DEFAULT_LAYOUT,
+        served_policies: ServedPolicies = "all",
     ) -> None:
         self.run_dir = run_dir.resolve()
         self.layout = layout
+        self.served_policies = served_policies
         # Read from the modules at start (it may download them), by component.
         self.identities: dict[str, identities.Identity] = {}
         self.node = node_module.Node(self.run_dir) if node else None
@@ -554,6 +589,7 @@ class ControlPlane:
                 f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
                 f"--audit-policy-file={policy}",
                 f"--audit-log-path={self._logs / 'audit.log'}",
+                *_policy_flags(self.served_policies),
             ],
         )
         self._rest = RestClient(

@@ -28,6 +28,9 @@ PR_SET_PDEATHSIG: Final = 1  # <linux/prctl.h>
 # Ports are chosen from [LOWEST_PORT, start of the kernel's ephemeral range).
 LOWEST_PORT: Final = 20000
 EPHEMERAL_RANGE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")
+# A run's own share of those ports, "LOW-HIGH" (HIGH excluded): tests.lanes gives each lane
+# one, so lanes that start control planes in the same second never choose the same port.
+PORTS_ENV: Final = "DISPATCH_TEST_PORTS"
 
 
 def die_with_parent() -> None:
@@ -50,18 +53,38 @@ def _below_ephemeral() -> int:
         return 32768
 
 
+def port_range() -> tuple[int, int]:
+    """[low, high) of the ports free_ports chooses from: the run's share (PORTS_ENV), else
+    every port from LOWEST_PORT to the ephemeral range."""
+    share = os.environ.get(PORTS_ENV)
+    if share:
+        low, _, high = share.partition("-")
+        return int(low), int(high)
+    return LOWEST_PORT, max(_below_ephemeral(), LOWEST_PORT + 1000)
+
+
+def port_shares(count: int) -> list[str]:
+    """port_range() split into `count` disjoint shares, each a PORTS_ENV value."""
+    low, high = port_range()
+    size = (high - low) // count
+    return [f"{low + i * size}-{low + (i + 1) * size}" for i in range(count)]
+
+
 def free_ports(count: int) -> list[int]:
-    """`count` distinct free TCP ports on 127.0.0.1, chosen at random below the ephemeral range.
+    """`count` distinct free TCP ports on 127.0.0.1, chosen at random from port_range().
 
     Components bind their ports seconds after they are chosen. Ports from below the ephemeral
     range cannot meanwhile become the source port of some outgoing connection, and random choice
-    keeps concurrent control planes apart; a clash is still possible, as with envtest, and makes
-    the clashing component exit (reported with its log).
+    keeps one run's concurrent control planes apart; a clash is still possible, as with
+    envtest, and makes the clashing component exit (reported with its log). Runs side by side
+    choose from shares of their own (PORTS_ENV): the CI's lanes, which start their control
+    planes together once the build they wait for ends, clashed so (one lane's every test then
+    failed at the setup of its session's control plane).
     """
-    top = max(_below_ephemeral(), LOWEST_PORT + 1000)
+    low, high = port_range()
     chosen: list[int] = []
     while len(chosen) < count:
-        port = secrets.randbelow(top - LOWEST_PORT) + LOWEST_PORT
+        port = secrets.randbelow(high - low) + low
         if port in chosen:
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -4,7 +4,9 @@ alternative version is built from its own wrapper module."""
 from __future__ import annotations
 
 import fcntl
+import os
 import subprocess
+import sys
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster import binaries
+from tests.cluster.wait import wait_until
 
 GO_VERSION = "go version go0.0 test/none"
 
@@ -52,6 +55,41 @@ def test_a_build_waits_for_the_one_under_way_and_then_finds_it_cached(
     assert sorted(p.name for p in target.parent.iterdir()) == [".unbuildable.lock", target.name]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root may raise a process's priority")
+def test_a_build_that_waits_hurries_the_niced_background_build(
+    unbuildable: binaries.Component,
+) -> None:
+    target = binaries.binary_dir(unbuildable, GO_VERSION)
+    target.parent.mkdir(parents=True)
+    # A stand-in for the background build: niced, in a session of its own, its pid recorded.
+    stand_in = ["-c", "import time; time.sleep(60)", "tests.cluster.binaries"]
+    background = subprocess.Popen(
+        [*binaries.NICED, sys.executable, *stand_in], start_new_session=True
+    )
+    try:
+        (binaries.cache_root() / binaries.BACKGROUND_PID).write_text(f"{background.pid}\n")
+        wait_until(
+            lambda: os.getpriority(os.PRIO_PROCESS, background.pid) == 19 or None,
+            what="the stand-in niced",
+            timeout=10,
+        )
+        with ThreadPoolExecutor(1) as pool:
+            with (target.parent / ".unbuildable.lock").open("w") as under_way:
+                fcntl.flock(under_way, fcntl.LOCK_EX)  # the background build, not finished
+                waiting = pool.submit(binaries.build, unbuildable, GO_VERSION)
+                wait_until(
+                    lambda: os.getpriority(os.PRIO_PROCESS, background.pid) == 0 or None,
+                    what="the waiting build to hurry the background one",
+                    timeout=10,
+                )
+                target.mkdir()
+                (target / ".ok").write_text("1s\n")
+            assert waiting.result(timeout=30) == target
+    finally:
+        background.kill()
+        background.wait()
+
+
 def test_a_build_with_nothing_cached_and_nobody_building_runs(
     unbuildable: binaries.Component,
 ) -> None:
@@ -88,22 +126,24 @@ def test_no_second_background_build_starts_while_one_is_under_way(
     assert not (root / "background-build.log").exists(), "a second build was started"
 
 
+@pytest.mark.parametrize("name", ["trainer", "kubernetes"])
 def test_an_alternative_version_is_chosen_by_its_variable_and_built_from_its_own_wrapper(
-    monkeypatch: pytest.MonkeyPatch,
+    name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     table = tomllib.loads(binaries.VERSIONS_FILE.read_text())
-    pinned, (alternative, *_) = table["trainer"]["version"], table["trainer"]["alternatives"]
+    pinned, (alternative, *_) = table[name]["version"], table[name]["alternatives"]
+    variable = binaries.version_variable(name)
 
-    def trainer() -> binaries.Component:
-        (component,) = [c for c in binaries.components() if c.name == "trainer"]
+    def chosen_component() -> binaries.Component:
+        (component,) = [c for c in binaries.components() if c.name == name]
         return component
 
-    monkeypatch.delenv("DISPATCH_TRAINER_VERSION", raising=False)
-    default = trainer()
-    assert (default.version, default.wrapper_dir.name) == (pinned, "trainer")
-    monkeypatch.setenv("DISPATCH_TRAINER_VERSION", alternative)
-    chosen = trainer()
-    assert (chosen.version, chosen.wrapper_dir.name) == (alternative, f"trainer-{alternative}")
+    monkeypatch.delenv(variable, raising=False)
+    default = chosen_component()
+    assert (default.version, default.wrapper_dir.name) == (pinned, name)
+    monkeypatch.setenv(variable, alternative)
+    chosen = chosen_component()
+    assert (chosen.version, chosen.wrapper_dir.name) == (alternative, f"{name}-{alternative}")
     # Each has its wrapper module in the repository, and so its own cache entry.
     assert chosen.cache_key(GO_VERSION) != default.cache_key(GO_VERSION)
     assert [c.version for c in chosen.every_version()] == [pinned, alternative]

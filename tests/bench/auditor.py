@@ -49,9 +49,10 @@ from kubernetes import client, config, watch
 
 from dispatch_k8s.core.rules import decisions, trainjob, wire
 from tests.bench.admission import cpu_seconds, memory_mib, p50_p99
-from tests.bench.steps import cluster_at, machine_line, say
+from tests.bench.steps import cluster_at, say
 from tests.cluster.wait import wait_until
 from tests.support.lifecycle import JOBSET, TRAINER, as_dict
+from tests.support.machine import machine_line
 from tests.support.replicas import Replica, replicas
 from tests.support.requests import trainjob_body
 from tests.support.shipped import REPO

@@ -39,6 +39,7 @@ from kubernetes.client.exceptions import ApiException
 from dispatch_k8s.core.rules import trainjob, wire
 from tests.cluster.wait import wait_until
 from tests.support.kubectl import HOW_TO_BUILD, find_kubectl
+from tests.support.machine import machine_line
 from tests.support.requests import trainjob_body
 
 REPO: Final = Path(__file__).resolve().parents[2]
@@ -587,12 +588,6 @@ def bench_audit(cluster: Cluster, counts: Sequence[int], rounds: int) -> list[st
             f"| {peak:.0f} / {kubectl_peak:.0f} MiB | {len(sent)} / {kubectl_sent} |"
         )
     return lines
-
-
-def machine_line() -> str:
-    """What a benchmark ran on, first line of its figures: the cores and how busy they were."""
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    return f"machine: {os.cpu_count()} cores, load average {load} at the start"
 
 
 @contextmanager

@@ -25,7 +25,8 @@ from typing import Any, Final
 
 from dispatch_k8s.controller.store import JOBSETS, PODS, TRAINJOBS, Store
 from dispatch_k8s.core.rules import ownership, wire
-from tests.bench.steps import machine_line, say
+from tests.bench.steps import say
+from tests.support.machine import machine_line
 
 PODS_A_JOB: Final = 10
 NAMESPACE: Final = "dispatch-bench-store"

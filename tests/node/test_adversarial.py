@@ -35,6 +35,11 @@ Each cell of the matrix below is one small attack function, tried once per polic
   v2.3.0 builds the job from its copy of the runtime, taken before the edit (the runtime
   snapshot, found on the cluster), so the edit decides nothing: the job is released, R rises,
   and the audit exits 0; Trainer v2.2.1 builds from the runtime itself: the first outcome;
+- `blocked (v2.3.0); R up (v2.2.1: kept by its finalizer)`: the runtime the job names deleted.
+  Trainer v2.3.0 keeps no finalizer on a runtime: it is gone, and the job blocked. Trainer v2.2.1
+  keeps one on a runtime its jobs use (found on the cluster: the runtime is still there, being
+  deleted), and builds the job from it as start checked it: the job is released, R rises, and
+  the audit exits 0;
 - `RBAC`: the actor has no right to it: a 403 from RBAC, whose message names no guard rule.
 
 Where an accepted edit matters only once something runs again, the cell's follow-up does what
@@ -97,7 +102,7 @@ runtime update member: backoff-limit (suspended)
 runtime patch member: trainer-command (suspended)
     every install: flagged (v2.2.1); R up (v2.3.0: built from its copy)
 runtime delete member: delete (suspended)
-    every install: blocked
+    every install: blocked (v2.3.0); R up (v2.2.1: kept by its finalizer)
 snapshot patch member: backoff-limit-suspended (suspended)
     all, guard: refused snapshot-change; none: flagged
 snapshot delete member: after-runtime-edit-suspended (suspended)
@@ -290,6 +295,17 @@ class FromCopy:
 
 
 @dataclass(frozen=True, slots=True)
+class KeptInUse:
+    """The runtime the job names deleted. Where Trainer keeps a finalizer on a runtime its jobs
+    use (v2.2.1, found on the cluster: the runtime is still there, being deleted), the job is
+    built from it as start checked it: the deletion decides nothing, the job is released and R
+    rises, the audit exits 0. Where it is gone (v2.3.0 keeps no finalizer): `otherwise`, after
+    the cell's follow-up."""
+
+    otherwise: Blocked
+
+
+@dataclass(frozen=True, slots=True)
 class CopiedAgain:
     """Accepted, and Trainer, which watches the snapshot it owns, takes its own copy of the
     runtime again as soon as the member's delete lands, over her copy where hers came first (its
@@ -313,6 +329,7 @@ Outcome = (
     | PutBack
     | OpeningRefused
     | FromCopy
+    | KeptInUse
     | CopiedAgain
 )
 
@@ -468,6 +485,20 @@ def _has_snapshot(target: Target) -> bool:
             return False
         raise
     return True
+
+
+def _kept_in_use(target: Target) -> bool:
+    """Whether the deleted runtime is still there, being deleted: Trainer v2.2.1's finalizer
+    keeps a runtime its jobs use (v2.3.0 keeps none)."""
+    try:
+        runtime = client.CustomObjectsApi(target.admin).get_namespaced_custom_object(
+            *TRAINER, target.namespace, "trainingruntimes", LOCAL_RUNTIME
+        )
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+    return bool(as_dict(runtime)["metadata"].get("deletionTimestamp"))
 
 
 def _hold_and_release(target: Target) -> None:
@@ -836,6 +867,18 @@ def _runtime_command(target: Target) -> None:
 
 
 def _delete_runtime(target: Target) -> None:
+    """The runtime the job names deleted. Where Trainer takes no snapshot (v2.2.1), once its
+    finalizer marks the runtime in use, as it does a second after the job is made: a runtime
+    that serves jobs is deleted as one."""
+    if not _has_snapshot(target):
+
+        def in_use() -> bool | None:
+            runtime = _runtime_api(target).get_namespaced_custom_object(
+                *TRAINER, target.namespace, "trainingruntimes", LOCAL_RUNTIME
+            )
+            return bool(as_dict(runtime)["metadata"].get("finalizers")) or None
+
+        wait_until(in_use, what=f"Trainer's finalizer on {LOCAL_RUNTIME}", timeout=DEADLINE)
     _runtime_api(target).delete_namespaced_custom_object(
         *TRAINER, target.namespace, "trainingruntimes", LOCAL_RUNTIME
     )
@@ -1335,7 +1378,12 @@ CELLS: Final = [
         "suspended",
         _runtime_backoff,
         everywhere(FromCopy(Flagged(RUNTIME_CHANGED))),
-        then=_release_stops_at_the_jobset,
+        # Trainer v2.2.1: the auditor beside (none) flags the edit before the release.
+        then={
+            "all": _release_stops_at_the_jobset,
+            "guard": _release_stops_at_the_jobset,
+            "none": _release_refused_as_flagged,
+        },
         runtime="namespaced",
     ),
     Cell(
@@ -1352,7 +1400,9 @@ CELLS: Final = [
         "suspended",
         _delete_runtime,
         everywhere(
-            Blocked(("must be created before the TrainJob", f"'{LOCAL_RUNTIME}' not found"))
+            KeptInUse(
+                Blocked(("must be created before the TrainJob", f"'{LOCAL_RUNTIME}' not found"))
+            )
         ),
         then=_release_refused,
         runtime="namespaced",
@@ -1577,6 +1627,8 @@ def _said(outcome: Outcome) -> str:
         return "R up" if outcome.last is None else f"R up, last {outcome.last}"
     if isinstance(outcome, FromCopy):
         return f"{_said(outcome.otherwise)} (v2.2.1); R up (v2.3.0: built from its copy)"
+    if isinstance(outcome, KeptInUse):
+        return f"{_said(outcome.otherwise)} (v2.3.0); R up (v2.2.1: kept by its finalizer)"
     if isinstance(outcome, Unflagged):
         return "not flagged (the audit's own record)"
     if isinstance(outcome, CopiedAgain):
@@ -1785,8 +1837,9 @@ def test_every_edit_on_the_path_is_refused_raised_or_flagged(
             kept = read_trainjob(custom, namespace, judged)
             assert wire.FOREIGN_ANNOTATION not in kept["metadata"]["annotations"], kept
 
-        if isinstance(outcome, FromCopy):
-            if _has_snapshot(target):
+        if isinstance(outcome, FromCopy | KeptInUse):
+            # The edit decides nothing where the job is still built from what start checked.
+            if _has_snapshot(target) if isinstance(outcome, FromCopy) else _kept_in_use(target):
                 _release(target)
                 ran = target.history()
                 assert ran == sorted(set(ran)), (

@@ -11,8 +11,6 @@ continuous auditor, the flag counted in /metrics."""
 
 from __future__ import annotations
 
-import json
-import re
 from pathlib import Path
 from typing import Any, Final
 
@@ -22,9 +20,6 @@ from kubernetes import client
 from dispatch_k8s.core.rules import wire
 from release.dist import DIST
 from tests.cluster import kube
-from tests.cluster.engines import loopback_api_env
-from tests.cluster.node import TOLERATION
-from tests.cluster.process import LOOPBACK
 from tests.cluster.wait import wait_until
 from tests.support.cluster_under_test import Cluster
 from tests.support.controller_identity import metrics_reader
@@ -42,8 +37,9 @@ from tests.support.node_controller import (
     INSTANCE_KEY,
     Listeners,
     chart_deployment,
+    forced,
     lease_holder,
-    pod_of,
+    pod_spec_differences,
     replica_states,
     shipped_deployment,
     shipped_on_the_node,
@@ -53,39 +49,8 @@ from tests.support.step_identity import StepIdentity
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster, pytest.mark.images]
 INSTANCE: Final = "as-shipped"
-# The ServiceAccount admission plugin names the token volume with a random suffix.
-TOKEN_VOLUME: Final = re.compile(r"kube-api-access-[a-z0-9]{5}")
 # The auditor's cause for an opening no raise of A covers (core/rules/opening.py).
 UNRAISED: Final = "is open (spec.suspend is not true) at metadata.generation"
-
-
-def differences(shipped: Any, ran: Any, path: str = "") -> dict[str, tuple[Any, Any]]:
-    """Each path where the two differ: (shipped, ran); lists of equal length item by item."""
-    if isinstance(shipped, dict) and isinstance(ran, dict):
-        found: dict[str, tuple[Any, Any]] = {}
-        for key in sorted(set(shipped) | set(ran)):
-            found |= differences(shipped.get(key), ran.get(key), f"{path}.{key}".lstrip("."))
-        return found
-    if isinstance(shipped, list) and isinstance(ran, list) and len(shipped) == len(ran):
-        found = {}
-        for index, (one, other) in enumerate(zip(shipped, ran, strict=True)):
-            found |= differences(one, other, f"{path}[{index}]")
-        return found
-    return {} if shipped == ran else {path: (shipped, ran)}
-
-
-def comparable(spec: dict[str, Any]) -> dict[str, Any]:
-    """The pod spec with the token volume's random suffix taken out."""
-    return dict(json.loads(TOKEN_VOLUME.sub("kube-api-access", json.dumps(spec))))
-
-
-def pod_spec_differences(
-    api: client.ApiClient, namespace: str, shipped: dict[str, Any], ran: dict[str, Any]
-) -> dict[str, tuple[Any, Any]]:
-    """How the pod that ran differs from the pod the `shipped` Deployment's template makes in
-    `namespace`, both as the API server defaulted and admitted them (the shipped one dry-run)."""
-    made = kube.dry_run(api, pod_of(shipped, "as-shipped"), namespace=namespace)
-    return differences(comparable(made["spec"]), comparable(ran["spec"]))
 
 
 # No policies in the test's namespace: the opening by hand is to reach the auditor, not the guard.
@@ -137,20 +102,9 @@ def test_the_shipped_controller_pod_runs_as_shipped_leads_gates_flags_and_serves
                 lambda: scheduled_pod(False), what="the pod scheduled", timeout=DEADLINE
             )
             found = pod_spec_differences(api_client, namespace, shipped, pod)
-            assert {path: ran for path, (_, ran) in found.items()} == {
-                "hostNetwork": True,
-                "nodeName": pod["spec"]["nodeName"],
-                "tolerations": [TOLERATION, *(found["tolerations"][0] or [])],
-                "containers[0].args[0]": f"--address={LOOPBACK}:{listeners.probes}",
-                "containers[0].args[1]": f"--metrics-address={LOOPBACK}:{listeners.metrics}",
-                "containers[0].env": [*found["containers[0].env"][0], *loopback_api_env(api)],
-                "containers[0].ports[0].containerPort": listeners.probes,
-                "containers[0].ports[0].hostPort": listeners.probes,
-                "containers[0].ports[1].containerPort": listeners.metrics,
-                "containers[0].ports[1].hostPort": listeners.metrics,
-                "containers[0].livenessProbe.httpGet.host": LOOPBACK,
-                "containers[0].readinessProbe.httpGet.host": LOOPBACK,
-            }, f"only what the node forces differs from the shipped pod: {sorted(found)}"
+            assert {path: ran for path, (_, ran) in found.items()} == forced(
+                found, pod, listeners=listeners, api=api
+            ), f"only what the node forces differs from the shipped pod: {sorted(found)}"
             try:
                 pod = wait_until(
                     lambda: scheduled_pod(True), what="the pod Ready", timeout=DEADLINE

@@ -17,13 +17,16 @@ from tests.support.kubectl import run_kubectl
 from tests.support.lifecycle import BIN
 
 
-def diagnosed(kubeconfig: Path, namespace: str) -> tuple[int, dict[str, dict[str, str]]]:
-    """The exit code and each check's row, by name, of dispatch-doctor -o json (a check of
-    which there are several, one per controller Deployment found, under its name the last)."""
+def diagnosed(
+    kubeconfig: Path, namespace: str, *options: str
+) -> tuple[int, dict[str, dict[str, str]]]:
+    """The exit code and each check's row, by name, of dispatch-doctor -o json `options` (a
+    check of which there are several, one per controller Deployment found, under its name the
+    last)."""
     done = subprocess.run(
         [
             str(BIN / "dispatch-doctor"),
-            *("--kubeconfig", str(kubeconfig), "-n", namespace, "-o", "json"),
+            *("--kubeconfig", str(kubeconfig), "-n", namespace, "-o", "json", *options),
         ],
         capture_output=True,
         text=True,

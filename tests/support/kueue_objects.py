@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import wire
@@ -35,6 +36,42 @@ def check_state(workload: dict[str, Any], check: str) -> str | None:
     return next((str(s["state"]) for s in states if s["name"] == check), None)
 
 
+def reserved_at(workload: dict[str, Any]) -> str | None:
+    """When the Workload's quota was reserved (QuotaReserved's time), None when it is not."""
+    for item in workload.get("status", {}).get("conditions") or []:
+        if item["type"] == "QuotaReserved" and item["status"] == "True":
+            return str(item["lastTransitionTime"])
+    return None
+
+
+def workload_versions(
+    custom: client.CustomObjectsApi, namespace: str, name: str, *, timeout: float
+) -> Iterator[dict[str, Any]]:
+    """Every version of one Workload as the API server sends it, for up to `timeout` s: a
+    watch, not a poll, so each step of a test follows Kueue's write as closely as the API
+    server allows."""
+    stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
+        custom.list_namespaced_custom_object,
+        *KUEUE,
+        namespace,
+        "workloads",
+        field_selector=f"metadata.name={name}",
+        timeout_seconds=int(timeout),
+    )
+    for event in stream:
+        yield event["object"]
+
+
+def next_version(
+    versions: Iterator[dict[str, Any]], wanted: Callable[[dict[str, Any]], bool], what: str
+) -> dict[str, Any]:
+    """The next of `versions` that is `wanted`; fails when the watch ends before it."""
+    for version in versions:
+        if wanted(version):
+            return version
+    raise AssertionError(f"the watch ended before {what}")
+
+
 @dataclass(slots=True)
 class KueueSetup:
     """Cluster-scoped Kueue objects made for one test; `delete` removes them."""
@@ -42,11 +79,16 @@ class KueueSetup:
     custom: client.CustomObjectsApi
     namespace: str
     created: list[tuple[str, str]] = field(default_factory=list)
+    # The AdmissionCheck's name where steps that name none (the shipped Jobs) must find it by
+    # their default; else one of the test's own.
+    check_name: str | None = None
+    # The AdmissionCheck is an install's (a bundle's): the setup lists it and never makes it.
+    check_installed: bool = False
 
     @property
     def check(self) -> str:
         """The AdmissionCheck of this project's controller for the test's ClusterQueue."""
-        return f"{self.namespace}-check"
+        return self.check_name or f"{self.namespace}-check"
 
     @property
     def local_queue(self) -> str:
@@ -112,7 +154,7 @@ class KueueSetup:
         `with_check=False` makes the same ClusterQueue without any check. `holding` adds the
         `holding_check` too, so a reservation our check approves is never admitted."""
         cluster_queue = f"{self.namespace}-cq"
-        if with_check:
+        if with_check and not self.check_installed:
             self._install_check(self.check, wire.ADMISSION_CHECK_CONTROLLER)
         if holding:
             self._install_check(self.holding_check, "example.invalid/never-ready")

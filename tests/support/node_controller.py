@@ -12,6 +12,8 @@ compares the pod that ran with the shipped one and fails on any difference it do
 from __future__ import annotations
 
 import copy
+import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,8 @@ from kubernetes import client
 from release import dist
 from release.dist import DIST
 from tests.cluster import kube
+from tests.cluster.engines import loopback_api_env
+from tests.cluster.node import TOLERATION
 from tests.cluster.process import LOOPBACK, free_ports
 from tests.support import tools
 from tests.support.controller_identity import CONTROLLER, RBAC, SERVICE_ACCOUNT
@@ -34,6 +38,31 @@ INSTANCE_KEY: Final = "app.kubernetes.io/instance"
 BUNDLE: Final = DIST / "install-kueue.yaml"  # the bundle users install; the chart renders alike
 # The shipped flags that take a listen address, HOST:PORT.
 LISTEN_FLAGS: Final = ("--address", "--metrics-address")
+POD_SECURITY: Final = "pod-security.kubernetes.io/"
+
+
+# The ServiceAccount admission plugin names the token volume with a random suffix.
+TOKEN_VOLUME: Final = re.compile(r"kube-api-access-[a-z0-9]{5}")
+
+
+def differences(shipped: Any, ran: Any, path: str = "") -> dict[str, tuple[Any, Any]]:
+    """Each path where the two differ: (shipped, ran); lists of equal length item by item."""
+    if isinstance(shipped, dict) and isinstance(ran, dict):
+        found: dict[str, tuple[Any, Any]] = {}
+        for key in sorted(set(shipped) | set(ran)):
+            found |= differences(shipped.get(key), ran.get(key), f"{path}.{key}".lstrip("."))
+        return found
+    if isinstance(shipped, list) and isinstance(ran, list) and len(shipped) == len(ran):
+        found = {}
+        for index, (one, other) in enumerate(zip(shipped, ran, strict=True)):
+            found |= differences(one, other, f"{path}[{index}]")
+        return found
+    return {} if shipped == ran else {path: (shipped, ran)}
+
+
+def comparable(spec: dict[str, Any]) -> dict[str, Any]:
+    """The pod spec with the token volume's random suffix taken out."""
+    return dict(json.loads(TOKEN_VOLUME.sub("kube-api-access", json.dumps(spec))))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,6 +138,38 @@ def shipped_on_the_node(
     return deployment
 
 
+def without_pod_security(namespace: dict[str, Any]) -> dict[str, Any]:
+    """The shipped Namespace without its Pod Security labels: `restricted` forbids the host
+    network, which the node forces (a test dry-runs the shipped pod where it is enforced)."""
+    namespace = copy.deepcopy(namespace)
+    labels = namespace["metadata"].get("labels") or {}
+    for key in [key for key in labels if key.startswith(POD_SECURITY)]:
+        del labels[key]
+    return namespace
+
+
+def installed_on_the_node(
+    objects: Sequence[dict[str, Any]], *, instance: str, listeners: Listeners, api: int
+) -> list[dict[str, Any]]:
+    """A whole install's objects as this node runs them: its Namespaces without_pod_security,
+    its one Deployment as shipped_on_the_node makes it (`instance`, in its own namespace), every
+    other object as shipped."""
+    ran = []
+    for shipped in objects:
+        if shipped["kind"] == "Namespace":
+            shipped = without_pod_security(shipped)
+        elif shipped["kind"] == "Deployment":
+            shipped = shipped_on_the_node(
+                shipped,
+                instance=instance,
+                listeners=listeners,
+                api=api,
+                namespace=shipped["metadata"]["namespace"],
+            )
+        ran.append(shipped)
+    return ran
+
+
 def pod_of(deployment: dict[str, Any], name: str) -> dict[str, Any]:
     """The pod the Deployment's template makes, named `name`."""
     template = copy.deepcopy(deployment["spec"]["template"])
@@ -117,6 +178,37 @@ def pod_of(deployment: dict[str, Any], name: str) -> dict[str, Any]:
         "kind": "Pod",
         "metadata": {**template["metadata"], "name": name},
         "spec": template["spec"],
+    }
+
+
+def pod_spec_differences(
+    api: client.ApiClient, namespace: str, shipped: dict[str, Any], ran: dict[str, Any]
+) -> dict[str, tuple[Any, Any]]:
+    """How the pod that ran differs from the pod the `shipped` Deployment's template makes in
+    `namespace`, both as the API server defaulted and admitted them (the shipped one dry-run)."""
+    made = kube.dry_run(api, pod_of(shipped, "as-shipped"), namespace=namespace)
+    return differences(comparable(made["spec"]), comparable(ran["spec"]))
+
+
+def forced(
+    found: dict[str, tuple[Any, Any]], ran: dict[str, Any], *, listeners: Listeners, api: int
+) -> dict[str, Any]:
+    """What `shipped_on_the_node` makes differ, path by path, as the pod `ran` must hold it:
+    `found` is pod_spec_differences' (the toleration and env are added to the shipped ones).
+    A test asserts the differences that ran are these and no others."""
+    return {
+        "hostNetwork": True,
+        "nodeName": ran["spec"]["nodeName"],
+        "tolerations": [TOLERATION, *(found["tolerations"][0] or [])],
+        "containers[0].args[0]": f"--address={LOOPBACK}:{listeners.probes}",
+        "containers[0].args[1]": f"--metrics-address={LOOPBACK}:{listeners.metrics}",
+        "containers[0].env": [*found["containers[0].env"][0], *loopback_api_env(api)],
+        "containers[0].ports[0].containerPort": listeners.probes,
+        "containers[0].ports[0].hostPort": listeners.probes,
+        "containers[0].ports[1].containerPort": listeners.metrics,
+        "containers[0].ports[1].hostPort": listeners.metrics,
+        "containers[0].livenessProbe.httpGet.host": LOOPBACK,
+        "containers[0].readinessProbe.httpGet.host": LOOPBACK,
     }
 
 
@@ -164,11 +256,8 @@ def lease_holder(api: client.ApiClient, namespace: str) -> str | None:
 def install(api: client.ApiClient, *, api_port: int, listeners: Sequence[Listeners]) -> str:
     """pipelines/controller/ on the node, one replica per listeners, gating every namespace;
     the namespace it is in."""
-    (namespace,) = documents(CONTROLLER / "00-namespace.yaml")
-    namespace = copy.deepcopy(namespace)
-    labels = namespace["metadata"]["labels"]
-    for key in [key for key in labels if key.startswith("pod-security.kubernetes.io/")]:
-        del labels[key]
+    (shipped,) = documents(CONTROLLER / "00-namespace.yaml")
+    namespace = without_pod_security(shipped)
     name = str(namespace["metadata"]["name"])
     kube.apply(api, namespace, namespace=None)
     for document in documents(RBAC):

@@ -17,9 +17,10 @@ Level-triggered like the gate: every resync queues every managed TrainJob again,
 list (at start, and after a watch that cannot go on) whatever changed or went since the last.
 
 In policy mode (--no-gate) no controller makes the raises (the API server does, as Kueue opens
-the job), so the auditor tells each raise its watch sees (AdmissionRaised), and deactivates
-the Workload of a suspended TrainJob flagged foreign, whose every opening the guard refuses
-(open-while-foreign): Kueue would otherwise reserve quota for it again and again.
+the job), so the auditor tells each raise its watch sees, and at its first list the last
+raise of every job, on the TrainJob and its Workload (AdmissionRaised, once each), and
+deactivates the Workload of a suspended TrainJob flagged foreign, whose every opening the
+guard refuses (open-while-foreign): Kueue would otherwise reserve quota for it again and again.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from dispatch_k8s.core.rules import (
     wire,
     workload,
 )
-from dispatch_k8s.core.rules.carried import Unopened
+from dispatch_k8s.core.rules.carried import Uncarried
 from dispatch_k8s.core.rules.erasure import Erasure
 from dispatch_k8s.core.rules.errors import DispatchError, NotFound, PreconditionFailed, Transient
 from dispatch_k8s.core.rules.snapshot import Snapshot
@@ -109,7 +110,8 @@ class Auditor:
         self._managed: set[Key] = set()
         self._changed_at: dict[Key, float] = {}  # the first change not yet audited
         self._causes: dict[Key, str] = {}  # the findings last seen, so each is counted once
-        self._unopened: set[Key] = set()  # open, their JobSet not (core.rules.carried)
+        # Open with their JobSet not (False), or held with it running (True): core.rules.carried.
+        self._uncarried: dict[Key, bool] = {}
         # Records seen moved back (core.rules.erasure), by annotation, until a pass wrote them.
         self._erased: dict[Key, dict[str, Erasure]] = {}
         self._watched: dict[tuple[str, str | None], int] = {}
@@ -193,7 +195,7 @@ class Auditor:
                     if stream is TRAINJOBS:
                         self._changed(key)  # every managed TrainJob is audited at every resync
                     continue  # unchanged since the watch told it
-                self._keep(stream, obj, key)
+                self._keep(stream, obj, key, listed=True)
                 if stream is TRAINJOBS:
                     self._manage(key)
             elif event == "DELETED":
@@ -218,7 +220,9 @@ class Auditor:
             if seen is not None and seen[1] != key:
                 self._changed(seen[1])
 
-    def _keep(self, stream: Stream, obj: Mapping[str, Any], key: Key | None) -> None:
+    def _keep(
+        self, stream: Stream, obj: Mapping[str, Any], key: Key | None, *, listed: bool = False
+    ) -> None:
         """Keep the object; of a TrainJob, note each record the change moved back.
 
         Two versions tell what neither does alone: the one kept and the one told now (after a
@@ -226,36 +230,58 @@ class Auditor:
         found even when both happen between two passes.
         """
         before = self.store.put(stream.kind, obj)
-        if stream is not TRAINJOBS or before is None or key is None:
+        if stream is not TRAINJOBS or key is None:
+            return
+        if before is None:
+            if listed and self._policy_mode:
+                self._tell_raise(key, obj, trainjob.admission_floor(obj))
             return
         self._note(key, erasure.decide_erasures(before, obj), earlier=False)
         if self._policy_mode:
-            self._tell_raise(key, before, obj)
+            self._tell_raise(key, obj, trainjob.raise_seen(before, obj))
 
-    def _tell_raise(self, key: Key, before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
-        """Policy mode: an AdmissionRaised Event for a raise of A between two versions told.
+    def _tell_raise(self, key: Key, job: Mapping[str, Any], admission: object) -> None:
+        """Policy mode: tell the raise to `admission` on the TrainJob and its Workload.
 
-        Named for the TrainJob's UID and the new A, so a raise is told once whichever replica
-        or list sees it. J is the JobSet's as the store holds it: the next execution's.
+        A raise a watch saw made, or the last one a list finds (the floor), which may have been
+        made before this term began (before the first list, or under another leader), told or
+        not by another replica.
+
+        Each Event is named for its object's UID and the new A, so a raise is told once on each
+        whichever replica, watch or list tells it: a name already posted is not posted again
+        (409). The Events present are the record, for as long as the API server keeps them
+        (its --event-ttl, 1 h by default). J is the JobSet's as the store holds it.
         """
-        admission = trainjob.raise_seen(before, after)
-        if admission is None:
+        if not isinstance(admission, int) or admission < 1:
             return
         restart = trainjob.restart_count(self.store.view(key).jobset)
-        message = events.raise_message(
-            admission=admission, restart=restart if isinstance(restart, int) else 0
-        )
-        name = events.raise_event_name(key[1], f"{after['metadata'].get('uid')} A={admission}")
+        j = restart if isinstance(restart, int) else 0
         serve.RAISES.inc()
-        self._events.submit(
-            self._gateway.emit_event,
-            after,
+        self._events.submit(self._post_raise, job, admission, j)
+
+    def _post_raise(self, job: Mapping[str, Any], admission: int, restart: int) -> None:
+        """Post a raise's Events (the events thread): the TrainJob's, then its Workload's."""
+        meta = job["metadata"]
+        self._gateway.emit_event(
+            job,
             event_type="Normal",
             reason=events.RAISED,
-            message=message,
+            message=events.raise_message(admission=admission, restart=restart),
             step=COMPONENT,
-            name=name,
+            name=events.raise_event_name(meta["name"], f"{meta.get('uid')} A={admission}"),
         )
+        selector = f"{wire.KUEUE_JOB_UID_LABEL}={meta.get('uid')}"
+        for found in self._gateway.list_workloads(meta["namespace"], selector):
+            name, uid = found["metadata"]["name"], found["metadata"].get("uid")
+            self._gateway.emit_event(
+                found,
+                event_type="Normal",
+                reason=events.RAISED,
+                message=events.raise_message(admission=admission, restart=restart, workload=name),
+                step=COMPONENT,
+                name=events.raise_event_name(name, f"{uid} A={admission}"),
+                involved=events.WORKLOAD,
+            )
 
     def _note(self, key: Key, erasures: Erasures, *, earlier: bool) -> None:
         """Note erasures of the TrainJob, made after (or, `earlier`, before) those noted."""
@@ -297,8 +323,8 @@ class Auditor:
             self._changed_at.pop(key, None)
             self._causes.pop(key, None)
             self._erased.pop(key, None)
-            self._unopened.discard(key)
-            serve.UNOPENED.set(len(self._unopened))
+            self._uncarried.pop(key, None)
+            self._count_uncarried()
 
     def _manage_only(self, namespace: str | None, keys: set[Key]) -> None:
         """After a list of TrainJobs: those of the scope are exactly the listed ones."""
@@ -354,7 +380,7 @@ class Auditor:
             outcome = self._pass(key)
             if self._policy_mode:
                 self._deactivate_if_foreign(key, log)
-            self._opened(key, log)
+            self._carried(key, log)
         except PreconditionFailed as e:  # changed since it was read: the next pass reads afresh
             serve.AUDITS.labels("conflict").inc()
             log.bind(reason=str(e)).info("changed meanwhile: audit again")
@@ -464,41 +490,48 @@ class Auditor:
                 tries += 1
                 serve.AUDITS.labels("conflict").inc()
 
-    def _opened(self, key: Key, log: Any) -> None:
-        """Tell, once, an opening Trainer could not carry into the JobSet; count such jobs.
+    def _carried(self, key: Key, log: Any) -> None:
+        """Tell, once, an opening or hold Trainer could not carry into the JobSet; count them.
 
-        Not a finding: nothing was reset, and the job is not flagged foreign; it is stuck, and
-        a person decides (docs/operations.md). The store's JobSet may lag its TrainJob, so
-        what the store shows unopened is decided again from fresh reads, TrainJob first.
+        Not a finding: nothing was reset, and the job is not flagged foreign; it is stuck, or
+        goes on running held, and a person decides (docs/operations.md). The store's JobSet
+        may lag its TrainJob, so what the store shows uncarried is decided again from fresh
+        reads, TrainJob first.
         """
         namespace, name = key
         view = self.store.view(key)
         job: Mapping[str, Any] | None = view.trainjob
-        unopened: Unopened | None = None
-        if job is not None and isinstance(carried.decide_carried(job, view.jobset), Unopened):
+        uncarried: Uncarried | None = None
+        if job is not None and isinstance(carried.decide_carried(job, view.jobset), Uncarried):
             job = self._gateway.read_trainjob(namespace, name)
             found = carrying.read_carried(
                 self._gateway, job, self._gateway.read_jobset(namespace, name)
             )
-            unopened = found if isinstance(found, Unopened) else None
+            uncarried = found if isinstance(found, Uncarried) else None
         with self._lock:
-            new = unopened is not None and key not in self._unopened
-            if unopened is None:
-                self._unopened.discard(key)
+            new = uncarried is not None and self._uncarried.get(key) is not uncarried.held
+            if uncarried is None:
+                self._uncarried.pop(key, None)
             else:
-                self._unopened.add(key)
-            serve.UNOPENED.set(len(self._unopened))
-        if job is None or unopened is None or not new:
+                self._uncarried[key] = uncarried.held
+            self._count_uncarried()
+        if job is None or uncarried is None or not new:
             return
-        log.bind(reason=unopened.reason).warning("not opened")
+        log.bind(reason=uncarried.reason).warning("not held" if uncarried.held else "not opened")
         self._gateway.emit_event(
             job,
             event_type="Warning",
-            reason=events.NOT_OPENED,
-            message=unopened.reason,
+            reason=events.NOT_HELD if uncarried.held else events.NOT_OPENED,
+            message=uncarried.reason,
             step=COMPONENT,
-            name=events.not_opened_event_name(job),
+            name=events.uncarried_event_name(job),
         )
+
+    def _count_uncarried(self) -> None:
+        """The gauges of the jobs not opened and not held; called holding the lock."""
+        held = sum(self._uncarried.values())
+        serve.UNOPENED.set(len(self._uncarried) - held)
+        serve.UNHELD.set(held)
 
     def _runtime(
         self, namespace: str, trainjob: Mapping[str, Any]

@@ -46,6 +46,11 @@ UNOPENED: Final = Gauge(
     "Managed TrainJobs open whose JobSet Trainer could not open (core/rules/carried.py): "
     "nothing runs; each told once in a Warning Event NotOpened with Trainer's reason.",
 )
+UNHELD: Final = Gauge(
+    f"{PREFIX}_unheld_trainjobs",
+    "Managed TrainJobs held whose JobSet Trainer could not suspend (core/rules/carried.py): "
+    "what it runs goes on; each told once in a Warning Event NotHeld with Trainer's reason.",
+)
 WATCHED: Final = Gauge(
     f"{PREFIX}_watched_objects",
     "Objects the auditor lists and watches, by kind (trainjobs, jobsets, jobs, pods).",

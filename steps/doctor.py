@@ -19,10 +19,10 @@ import yaml
 
 from dispatch_k8s.core.rules import doctor, wire
 from dispatch_k8s.core.rules.doctor import Check
-from dispatch_k8s.core.rules.errors import DispatchError, Refused
+from dispatch_k8s.core.rules.errors import DispatchError
 from dispatch_k8s.core.shell import runner
 from dispatch_k8s.core.shell.gateway import Gateway, kinds
-from dispatch_k8s.core.shell.gateway.api_errors import is_admission_denial
+from dispatch_k8s.core.shell.gateway.api_errors import is_admission_denial, is_webhook_failure
 from dispatch_k8s.core.shell.settings import (
     ClusterSettings,
     Namespace,
@@ -194,13 +194,14 @@ def _probes(probing: Gateway, namespace: str) -> Iterator[Check]:
     for name, rule, kind, body in probes:
         try:
             probing.create(kind, body)
-        except Refused as e:
+        except DispatchError as e:  # by admission, or before it (RBAC, validation)
             told = str(e)
+            # A webhook that could not be called refuses too (failurePolicy Fail), after the
+            # policies, as one that answers does: they let the probe through.
+            by_admission = is_admission_denial(told) or is_webhook_failure(told)
             yield doctor.check_probe(
-                name, rule, told, namespace=namespace, by_admission=is_admission_denial(told)
+                name, rule, told, namespace=namespace, by_admission=by_admission
             )
-        except DispatchError as e:  # RBAC: this user may not even try
-            yield doctor.check_probe(name, rule, str(e), namespace=namespace)
         else:
             yield doctor.check_probe(name, rule, None, namespace=namespace)
 

@@ -6,12 +6,12 @@ from loguru import logger
 
 from dispatch_k8s.core.rules import decisions, trainjob
 from dispatch_k8s.core.rules.errors import Refused
-from dispatch_k8s.core.shell import runner
+from dispatch_k8s.core.shell import carrying, runner
 from dispatch_k8s.core.shell.settings import TrainJobSettings
 
 
 def run(settings: TrainJobSettings) -> runner.Result:
-    """Read the TrainJob and its JobSet, write once (or not at all if already held), report."""
+    """Read the TrainJob and its JobSet, write once (or not at all), see it held, report."""
     gateway = runner.connect(settings)
     job = gateway.read_trainjob(settings.namespace, settings.name)
     if trainjob.is_kueue_managed(job):
@@ -22,10 +22,13 @@ def run(settings: TrainJobSettings) -> runner.Result:
     version = job["metadata"]["resourceVersion"]
     if job.get("spec", {}).get("suspend") is True:
         logger.info("already suspended: nothing to do")
+        carrying.wait_carried(gateway, settings.namespace, settings.name)
         return {"held": True, "changed": False, "resourceVersion": version}
     body = trainjob.with_hold(job, gateway.read_jobset(settings.namespace, settings.name))
     written = gateway.update_trainjob(body, decisions.ResourceVersion(version))
     logger.info("suspended")
+    if runner.dry_run_of(settings) == "none":  # a dry run stored nothing for Trainer to carry
+        carrying.wait_carried(gateway, settings.namespace, settings.name)
     return {
         "held": True,
         "changed": True,
@@ -35,8 +38,8 @@ def run(settings: TrainJobSettings) -> runner.Result:
 
 
 ABOUT = (
-    "Plain mode hold: suspend the TrainJob and record its JobSet's J in one update, on the job\n"
-    "as read; a job already held is left as it is (exit 0), one queued through Kueue refused."
+    "Plain mode hold: suspend the TrainJob and record its JobSet's J in one update, on the job as\n"
+    "read (one queued through Kueue refused); then 10 where Trainer could not suspend the JobSet."
 )
 EXAMPLE = """\
 dispatch-hold --kubeconfig ~/.kube/config --namespace team-a --name train-42-3f9c1a2b

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Final, Literal
 import yaml
 
 from dispatch_k8s.core.rules import gate, status, trainjob, wire
-from dispatch_k8s.core.rules.carried import Unopened
+from dispatch_k8s.core.rules.carried import Uncarried
 from dispatch_k8s.core.rules.errors import NotFound
 from dispatch_k8s.core.shell import carrying, runner
 from dispatch_k8s.core.shell.gateway import Gateway, kinds, watching
@@ -128,16 +128,16 @@ def _record(gateway: Gateway, settings: StatusSettings, job: Mapping[str, Any]) 
         workloads = gateway.list_workloads(namespace, selector)
     jobset = gateway.read_jobset(namespace, name)
     return status.describe(
-        job, jobset, workloads, check=settings.check, unopened=_unopened(gateway, job, jobset)
+        job, jobset, workloads, check=settings.check, uncarried=_uncarried(gateway, job, jobset)
     )
 
 
-def _unopened(
+def _uncarried(
     gateway: Gateway, job: Mapping[str, Any], jobset: Mapping[str, Any] | None
-) -> Unopened | None:
-    """What Trainer could not open of the job, with its reason (its Events read only then)."""
+) -> Uncarried | None:
+    """What Trainer could not open or hold of the job, with its reason (Events read only then)."""
     found = carrying.read_carried(gateway, job, jobset)
-    return found if isinstance(found, Unopened) else None
+    return found if isinstance(found, Uncarried) else None
 
 
 def _namespace_records(gateway: Gateway, settings: StatusSettings) -> list[dict[str, Any]]:
@@ -160,7 +160,7 @@ def _namespace_records(gateway: Gateway, settings: StatusSettings) -> list[dict[
             jobsets.get(job["metadata"]["name"]),
             workloads.get(job["metadata"].get("uid"), []) if trainjob.is_kueue_managed(job) else [],
             check=settings.check,
-            unopened=_unopened(gateway, job, jobsets.get(job["metadata"]["name"])),
+            uncarried=_uncarried(gateway, job, jobsets.get(job["metadata"]["name"])),
         )
         for job in jobs
     ]

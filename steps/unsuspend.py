@@ -5,9 +5,8 @@ from __future__ import annotations
 from loguru import logger
 
 from dispatch_k8s.core.rules import decisions, events, trainjob
-from dispatch_k8s.core.rules.errors import NotOpened, Refused
+from dispatch_k8s.core.rules.errors import Refused
 from dispatch_k8s.core.shell import carrying, runner
-from dispatch_k8s.core.shell.gateway import Gateway
 from dispatch_k8s.core.shell.settings import TrainJobSettings
 
 
@@ -24,7 +23,7 @@ def run(settings: TrainJobSettings) -> runner.Result:
     if done is not None and trainjob.foreign_flag(job) is None:
         # The update that raised A and opened the job applied; its answer may have been lost.
         logger.bind(admission=done).info("already open on its own raise: nothing to do")
-        _opened(gateway, settings)
+        carrying.wait_carried(gateway, settings.namespace, settings.name)
         return {"admission": done, "resourceVersion": job["metadata"]["resourceVersion"]}
     jobset = gateway.read_jobset(settings.namespace, settings.name)
     decision = trainjob.decide_raise(job, jobset)
@@ -41,19 +40,12 @@ def run(settings: TrainJobSettings) -> runner.Result:
         step="unsuspend",
     )
     if runner.dry_run_of(settings) == "none":  # a dry run stored nothing for Trainer to open
-        _opened(gateway, settings)
+        carrying.wait_carried(gateway, settings.namespace, settings.name)
     return {
         "admission": decision.admission,
         "resourceVersion": written["metadata"]["resourceVersion"],
         **runner.unsent(gateway),
     }
-
-
-def _opened(gateway: Gateway, settings: TrainJobSettings) -> None:
-    """Wait for Trainer to open the JobSet; NotOpened (9) with its reason where it could not."""
-    unopened = carrying.wait_carried(gateway, settings.namespace, settings.name)
-    if unopened is not None:
-        raise NotOpened(unopened.reason)
 
 
 ABOUT = (

@@ -1,21 +1,24 @@
-"""Whether Trainer carried a TrainJob's opening into its JobSet, or could not (docs/operations.md).
+"""Whether Trainer carried a TrainJob's opening or hold into its JobSet, or could not.
 
-Opening a job is one write of the TrainJob (`spec.suspend` false, with the raise of A); what
-runs is the JobSet Trainer then writes from it. Trainer (v2.2.1 and v2.3.0 alike, read in
-their `pkg/controller/trainjob_controller.go`) rebuilds the JobSet at every reconcile and
-applies it; when the API server refuses that (JobSet refuses a changed template of a JobSet
-that has run as immutable: the runtime snapshot edited, or deleted after its runtime was),
-Trainer posts a Warning Event `TrainJobResourcesCreationFailed` on the TrainJob, its error in
-the message, and leaves the JobSet as it was: suspended. It sets no condition for it, but in
-the same reconcile it still marks the job resumed (condition `Suspended` False, reason
-`Resumed`), the status written after the JobSet's apply was tried.
+Opening a job, and holding it, is one write of the TrainJob (`spec.suspend` false with the
+raise of A, or true); what runs is the JobSet Trainer then writes from it. Trainer (v2.2.1 and
+v2.3.0 alike, read in their `pkg/controller/trainjob_controller.go`) rebuilds the JobSet
+whenever the TrainJob or the JobSet is suspended and applies it; when the API server refuses
+that (JobSet refuses a changed template as immutable: the runtime snapshot edited, or deleted
+after its runtime was), Trainer posts a Warning Event `TrainJobResourcesCreationFailed` on the
+TrainJob, its error in the message, and leaves the JobSet as it was. It sets no condition for
+it, but in the same reconcile it still sets the `Suspended` condition from `spec.suspend`
+(False, reason `Resumed`, on an opening; True on a hold), the status written after the
+JobSet's apply was tried.
 
-So an open TrainJob whose `Suspended` condition is False was reconciled open by Trainer; if
-its JobSet is then suspended (or missing), the opening was not carried: nothing runs, and will
-not until what Trainer names is put right. A JobSet read after the TrainJob that is not
-suspended was opened. Until Trainer reconciles the opening the condition is still True (every
-opening follows a suspension Trainer reconciled: start creates the job suspended, a hold
-drains before the release), and the outcome is not known yet.
+So a TrainJob whose `Suspended` condition agrees with its `spec.suspend` was reconciled by
+Trainer; if its JobSet then does not (suspended or missing under an open job, not suspended
+under a held one), the change was not carried: an open job runs nothing, a held one goes on
+running, until what Trainer names is put right (docs/operations.md). A JobSet read after the
+TrainJob that agrees with it was carried. Until Trainer reconciles the change the condition
+still tells the state before it (every opening follows a suspension Trainer reconciled: start
+creates the job suspended, a hold drains before the release; a hold follows an opening), and
+the outcome is not known yet.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any, Final, Literal
 
 from dispatch_k8s.core.rules import shapes, trainjob, wire
 
-WAITING: Final = "waiting"  # Trainer has not reconciled the opening yet
+WAITING: Final = "waiting"  # Trainer has not reconciled the opening or hold yet
 NO_REASON: Final = (
     f"Trainer's reason was not found among the TrainJob's Events ({wire.TRAINER_FAILED_REASON}): "
     "expired, or not readable with these credentials"
@@ -34,9 +37,10 @@ NO_REASON: Final = (
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Unopened:
-    """An open TrainJob whose opening Trainer could not carry into its JobSet."""
+class Uncarried:
+    """A TrainJob's opening or hold that Trainer could not carry into its JobSet."""
 
+    held: bool  # a hold not carried (the JobSet still runs); else an opening (nothing runs)
     reason: str  # names the TrainJob, the JobSet's state and Trainer's reason
     told: bool  # Trainer's reason was found (its Event may follow the status by moments)
 
@@ -48,27 +52,34 @@ def decide_carried(
     job: Mapping[str, Any],
     jobset: Mapping[str, Any] | None,
     failures: Iterable[Mapping[str, Any]] = (),
-) -> Unopened | Literal["waiting"] | None:
-    """Unopened when Trainer reconciled the job open and its JobSet is not, WAITING before.
+) -> Uncarried | Literal["waiting"] | None:
+    """Uncarried when Trainer reconciled the job's spec.suspend and its JobSet does not follow.
 
-    None when nothing is amiss: the job suspended or finished, or its JobSet open.
+    WAITING before Trainer reconciled it; None when nothing is amiss: the job finished, or its
+    JobSet as the job asks (a held job's JobSet suspended or missing, an open job's open).
     `failures`: Trainer's `TrainJobResourcesCreationFailed` Events on the job (core/v1 as
     listed), the newest of which gives the reason; `jobset` read after `job`.
     """
-    if shapes.at(job, "spec").get("suspend") is True or trainjob.finished_reason(job) is not None:
+    if trainjob.finished_reason(job) is not None:
         return None
-    if jobset is not None and shapes.at(jobset, "spec").get("suspend") is not True:
+    held = shapes.at(job, "spec").get("suspend") is True
+    suspended = jobset is None or shapes.at(jobset, "spec").get("suspend") is True
+    if suspended == held:
         return None
-    if not _reconciled_open(job):
+    if not _reconciled(job, held=held):
         return WAITING
     name = shapes.at(job, "metadata").get("name")
-    state = "is missing" if jobset is None else "is still suspended"
+    if held:
+        what = f"is not held: Trainer reconciled the hold but its JobSet {name} is not suspended"
+        outcome = "what it runs goes on"
+    else:
+        state = "is missing" if jobset is None else "is still suspended"
+        what = f"is not opened: Trainer reconciled it open but its JobSet {name} {state}"
+        outcome = "nothing runs"
     why = trainer_reason(job, failures)
-    return Unopened(
-        reason=(
-            f"TrainJob {name} is not opened: Trainer reconciled it open but its JobSet {name} "
-            f"{state}, so nothing runs: {why or NO_REASON}"
-        ),
+    return Uncarried(
+        held=held,
+        reason=f"TrainJob {name} {what}, so {outcome}: {why or NO_REASON}",
         told=why is not None,
     )
 
@@ -97,8 +108,9 @@ def _when(event: Mapping[str, Any]) -> str:
     return str(shapes.at(event, "metadata").get("creationTimestamp") or "")
 
 
-def _reconciled_open(job: Mapping[str, Any]) -> bool:
+def _reconciled(job: Mapping[str, Any], *, held: bool) -> bool:
+    """Trainer's `Suspended` condition tells `held`: it reconciled the job's spec.suspend."""
     for condition in shapes.mappings(shapes.at(job, "status").get("conditions")):
         if condition.get("type") == wire.TRAINER_SUSPENDED_CONDITION:
-            return condition.get("status") == "False"
+            return condition.get("status") == ("True" if held else "False")
     return False

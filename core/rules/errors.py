@@ -56,6 +56,16 @@ class NotOpened(DispatchError):
     exit_code = 9
 
 
+class NotHeld(DispatchError):
+    """Held, but Trainer could not suspend the JobSet (its reason told): a person decides.
+
+    What runs goes on until what Trainer names is put right (docs/operations.md: A job not
+    held).
+    """
+
+    exit_code = 10
+
+
 class Transient(DispatchError):
     """The API was unreachable or overloaded after bounded retries: run the step again."""
 

@@ -21,6 +21,7 @@ MAX_MESSAGE_CHARS: Final = 1024  # the API server refuses longer Event messages
 APPROVED: Final = "AdmissionApproved"
 REFUSED: Final = "AdmissionRefused"
 NOT_OPENED: Final = "NotOpened"  # open, Trainer could not open the JobSet (core.rules.carried)
+NOT_HELD: Final = "NotHeld"  # held, Trainer could not suspend the JobSet (core.rules.carried)
 EventType = Literal["Normal", "Warning"]
 Involved = tuple[str, str]  # the apiVersion and kind of the object an Event is about
 TRAINJOB: Final[Involved] = (f"{wire.TRAINER_GROUP}/{wire.TRAINER_VERSION}", "TrainJob")
@@ -82,11 +83,11 @@ def raise_event_name(trainjob_name: str, record: str) -> str:
     return f"{trainjob_name}.{digest}"
 
 
-def not_opened_event_name(trainjob: Mapping[str, Any]) -> str:
-    """The one name of the Event that tells an opening of `trainjob` was not carried.
+def uncarried_event_name(trainjob: Mapping[str, Any]) -> str:
+    """The one name of the Event that tells an opening or hold of `trainjob` was not carried.
 
-    One a generation (each opening is one), so each replica and resync posts it once: any
-    later post gets 409 AlreadyExists.
+    One a generation (each opening and each hold is one), so each replica and resync posts it
+    once: any later post gets 409 AlreadyExists.
     """
     meta = trainjob["metadata"]
     record = f"not-opened/{meta.get('uid')}/{meta.get('generation')}"

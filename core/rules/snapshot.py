@@ -15,7 +15,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from dispatch_k8s.core.rules import shapes, wire
 from dispatch_k8s.core.rules.decisions import Refusal
@@ -68,20 +68,32 @@ def decide_none_before_start(
 def runtime_digest(runtime: Mapping[str, Any]) -> str:
     """A digest of a runtime's spec, the same for the runtime and for Trainer's copy of it.
 
-    The API server serves the runtime as JSON; Trainer's copy is Go's YAML of the same object,
-    which spells empty values and some scalars differently: empty values are left out and every
-    scalar is compared as text.
+    The API server serves the runtime as JSON; Trainer's copy is Go's YAML of the same object
+    decoded into its types (read in upstream sigs.k8s.io/yaml: JSON marshalled, then YAML), which
+    leaves out empty values, writes a whole float as an integer and a resource quantity as a
+    string. Those are read past; every other scalar keeps its type, so a `1` made `"1"` (an
+    int-or-string field: a count made a name or a percentage) is a change.
     """
     canonical = json.dumps(_canonical(runtime.get("spec")), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
-def _canonical(value: Any) -> Any:
+# The fields that hold resource quantities (`resources.limits` and `requests`, a pod's
+# `overhead`: maps of them; `emptyDir.sizeLimit`): Go writes a quantity as a string, however
+# the runtime spelled it.
+_QUANTITIES: Final = frozenset({"limits", "requests", "overhead", "sizeLimit"})
+
+
+def _canonical(value: Any, *, quantity: bool = False) -> Any:
     if isinstance(value, Mapping):
-        kept = {str(key): _canonical(item) for key, item in value.items()}
+        kept = {
+            str(key): _canonical(item, quantity=quantity or key in _QUANTITIES)
+            for key, item in value.items()
+        }
         return {key: item for key, item in kept.items() if item not in (None, "", {}, [])}
     if isinstance(value, list):
-        return [_canonical(item) for item in value]
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return None if value is None else str(value)
+        return [_canonical(item, quantity=quantity) for item in value]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return value
+    number = int(value) if isinstance(value, float) and value.is_integer() else value
+    return str(number) if quantity else number

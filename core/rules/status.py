@@ -13,7 +13,7 @@ from typing import Any, Final, TypeVar
 
 from dispatch_k8s.core.rules import shapes, trainjob, wire, workload
 from dispatch_k8s.core.rules.audit import Execution
-from dispatch_k8s.core.rules.carried import Unopened
+from dispatch_k8s.core.rules.carried import Uncarried
 from dispatch_k8s.core.rules.decisions import Refusal
 from dispatch_k8s.core.rules.identity import (
     Counts,
@@ -29,6 +29,7 @@ QUEUE: Final = "queue"
 RUNNING: Final = "Running"
 SUSPENDED: Final = "Suspended"
 NOT_OPENED: Final = "NotOpened"  # open, but Trainer could not open its JobSet (core.rules.carried)
+NOT_HELD: Final = "NotHeld"  # held, but Trainer could not suspend its JobSet (core.rules.carried)
 FINISHED: Final = "Finished"
 NONE: Final = "<none>"  # as kubectl shows a missing value
 COLUMN_GAP: Final = "   "  # kubectl's tabwriter padding
@@ -58,11 +59,11 @@ def describe(
     workloads: Sequence[Mapping[str, Any]],
     *,
     check: str,
-    unopened: Unopened | None = None,
+    uncarried: Uncarried | None = None,
 ) -> dict[str, Any]:
     """The status record of `job`, given its JobSet and the Workloads labelled with its UID.
 
-    `unopened`: what `core.rules.carried` found of an opening Trainer could not carry.
+    `uncarried`: what `core.rules.carried` found of an opening or hold Trainer could not carry.
     """
     problems: list[str] = []
     in_patch = _read(trainjob.admission_in_patch(job), problems)
@@ -72,7 +73,7 @@ def describe(
     queued = trainjob.is_kueue_managed(job)
     current = current_workload(workloads) if queued else None
     pending = pending_raise(job, current)
-    state = NOT_OPENED if unopened is not None else _state(job)
+    state = _state(job) if uncarried is None else NOT_HELD if uncarried.held else NOT_OPENED
     execution = None
     if in_patch is not None and floor is not None and restart is not None and highest is not None:
         counters = Counters(in_patch=in_patch, floor=floor, restart=restart, highest=highest)
@@ -87,7 +88,8 @@ def describe(
         "mode": QUEUE if queued else PLAIN,
         "queue": shapes.labels_of(job).get(wire.QUEUE_LABEL) if queued else None,
         "state": state,
-        "notOpened": None if unopened is None else unopened.reason,
+        "notOpened": None if uncarried is None or uncarried.held else uncarried.reason,
+        "notHeld": uncarried.reason if uncarried is not None and uncarried.held else None,
         "admission": {"patch": in_patch, "floor": floor},
         "restart": {"current": restart, "highest": highest},
         "execution": execution,
@@ -123,6 +125,16 @@ class Counters:
     highest: int
 
 
+# The execution each state shows. Not opened, nothing runs: the one its opening raised A for.
+# Not held, the one held goes on running.
+_WHICH: Final = {
+    RUNNING: "running",
+    NOT_HELD: "running",
+    NOT_OPENED: "opening",
+    FINISHED: "last",
+}
+
+
 def _execution(
     job: Mapping[str, Any], state: str, pending: bool, counters: Counters, problems: list[str]
 ) -> dict[str, Any] | None:
@@ -132,8 +144,7 @@ def _execution(
     its next opening makes (the raise rule, with the JobSet's J as now).
     """
     admission, restart = counters.in_patch, counters.restart
-    # Not opened, nothing runs: shown is the execution its opening raised A for.
-    which = {RUNNING: "running", NOT_OPENED: "opening", FINISHED: "last"}.get(state, "next")
+    which = _WHICH.get(state, "next")
     try:
         if which == "next" and not pending:
             admission = next_admission(

@@ -132,12 +132,17 @@ def runtime_seen(runtime: Mapping[str, Any]) -> str | None:
     """A runtime's identity, version and content as one annotation value; None without them.
 
     The digest tells a copy of the runtime (Trainer's snapshot) edited under the same UID and
-    generation.
+    generation. The generation is the spec's: the API server raises it once more when a deletion
+    begins (read in upstream k8s.io/apiserver), and Trainer v2.2.1's finalizer keeps a runtime in
+    use readable, being deleted, while its jobs are still built from that same spec; that raise
+    is read past, any edit before or after the deletion is not.
     """
     meta = runtime.get("metadata") or {}
     uid, generation = meta.get("uid"), meta.get("generation")
     if not uid or generation is None:
         return None
+    if meta.get("deletionTimestamp") and isinstance(generation, int) and generation > 1:
+        generation -= 1
     return f"{uid} {generation} {runtime_digest(runtime)}"
 
 

@@ -646,19 +646,20 @@ def _snapshot_edits(
     retried = original.replace("backoffLimit: 0", "backoffLimit: 6")
     assert retried != original, original
     owner = taken["metadata"]["ownerReferences"][0]
+    controlled = [
+        client.V1OwnerReference(
+            api_version=owner["apiVersion"],
+            kind=owner["kind"],
+            name=owner["name"],
+            uid=owner["uid"],
+            controller=True,
+        )
+    ]
     replaced = client.V1ConfigMap(
         metadata=client.V1ObjectMeta(
             name=name,
             resource_version=taken["metadata"]["resourceVersion"],
-            owner_references=[
-                client.V1OwnerReference(
-                    api_version=owner["apiVersion"],
-                    kind=owner["kind"],
-                    name=owner["name"],
-                    uid=owner["uid"],
-                    controller=True,
-                )
-            ],
+            owner_references=controlled,
         ),
         data={wire.RUNTIME_SNAPSHOT_KEY: retried},
     )
@@ -669,7 +670,11 @@ def _snapshot_edits(
         "uid": "00000000-0000-0000-0000-000000000000",
         "controller": True,
     }
-    made = client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name), data={})
+    # Made again under its TrainJob's control, as Trainer would take it.
+    made = client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name=name, owner_references=controlled),
+        data={wire.RUNTIME_SNAPSHOT_KEY: retried},
+    )
     return {
         "edit": (
             "snapshot-change",
@@ -702,17 +707,66 @@ def _snapshot_edits(
 def test_no_snapshot_is_made_by_hand_before_start(
     namespace: str, member: client.ApiClient, api_client: client.ApiClient
 ) -> None:
-    """Made before the TrainJob, and owned by it once it exists, a copy would be what Trainer
-    v2.3.0 builds the new job from."""
-    made = client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(name=snapshot_of("early")),
-        data={wire.RUNTIME_SNAPSHOT_KEY: "kind: ClusterTrainingRuntime\n"},
-    )
+    """Made before the TrainJob, and controlled by it once it exists, a copy would be what
+    Trainer v2.3.0 builds the new job from: made controlled, or given a controller later, it is
+    refused, whatever the controller's kind and name (Trainer checks its UID alone)."""
+    forged = {
+        "apiVersion": "example.com/v1",
+        "kind": "Forged",  # a kind the garbage collector cannot resolve, so it leaves the copy
+        "name": "anything",
+        "uid": "00000000-0000-0000-0000-00000000e411",
+        "controller": True,
+    }
     core = client.CoreV1Api(member)
+    copied = {wire.RUNTIME_SNAPSHOT_KEY: "kind: ClusterTrainingRuntime\n"}
+    forged_ref = client.V1OwnerReference(
+        api_version=forged["apiVersion"],
+        kind=forged["kind"],
+        name=forged["name"],
+        uid=forged["uid"],
+        controller=True,
+    )
+    made = client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name=snapshot_of("early"), owner_references=[forged_ref]),
+        data=copied,
+    )
     refused_with("snapshot-create", lambda: core.create_namespaced_config_map(namespace, made))
     with pytest.raises(ApiException) as missing:
         client.CoreV1Api(api_client).read_namespaced_config_map(snapshot_of("early"), namespace)
     assert missing.value.status == 404
+
+    # Controlled by nothing, it is no snapshot (Trainer builds no job from it; start refuses a
+    # job of its name): made, but not given a controller.
+    unowned = client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name=snapshot_of("early")), data=copied
+    )
+    core.create_namespaced_config_map(namespace, unowned)
+    given = {"metadata": {"ownerReferences": [forged]}}
+    refused_with(
+        "snapshot-change",
+        lambda: core.patch_namespaced_config_map(snapshot_of("early"), namespace, given),
+    )
+    kept = as_dict(core.read_namespaced_config_map(snapshot_of("early"), namespace))
+    assert "ownerReferences" not in kept["metadata"], kept["metadata"]
+
+
+def test_a_configmap_of_that_name_controlled_by_nothing_is_the_users_own(
+    namespace: str, member: client.ApiClient
+) -> None:
+    """Not every ConfigMap named *-runtime-snapshot is a snapshot: one no object controls is
+    created, changed and deleted as any other ConfigMap, as the team member."""
+    core = client.CoreV1Api(member)
+    name = snapshot_of("my-model")
+    data = {"notes": "the runtime snapshot I keep of my own model"}
+    core.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name), data=data)
+    )
+    core.patch_namespaced_config_map(name, namespace, {"data": {"notes": "changed"}})
+    assert as_dict(core.read_namespaced_config_map(name, namespace))["data"] == {"notes": "changed"}
+    core.delete_namespaced_config_map(name, namespace)
+    with pytest.raises(ApiException) as gone:
+        core.read_namespaced_config_map(name, namespace)
+    assert gone.value.status == 404
 
 
 @pytest.mark.parametrize("state", ["suspended", "running"])

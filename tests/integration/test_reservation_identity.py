@@ -4,59 +4,33 @@ their own raise, and a TrainJob made again under an old name is not raised for t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 from typing import Any, Final
 
 import pytest
-from kubernetes import client, watch
+from kubernetes import client
 
 from dispatch_k8s.controller.reconcile import Gatekeeper
 from dispatch_k8s.core.rules import wire
 from dispatch_k8s.core.shell.gateway import Gateway
 from tests.cluster.wait import wait_until
 from tests.support.cluster_under_test import Cluster
-from tests.support.kueue_objects import KUEUE, KueueSetup, check_state, condition
+from tests.support.kueue_objects import (
+    KueueSetup,
+    check_state,
+    condition,
+    next_version,
+    reserved_at,
+    workload_versions,
+)
 from tests.support.lifecycle import DEADLINE, TRAINER, Step, read_trainjob, start_queued
 from tests.support.replicas import replicas
 
 pytestmark = pytest.mark.integration
 
 CYCLES: Final = 12  # evictions tried until one re-reservation falls in the second of the last
-
-
-def _reserved_at(workload: dict[str, Any]) -> str | None:
-    for item in workload.get("status", {}).get("conditions") or []:
-        if item["type"] == "QuotaReserved" and item["status"] == "True":
-            return str(item["lastTransitionTime"])
-    return None
-
-
-def _workload_versions(
-    custom: client.CustomObjectsApi, namespace: str, name: str
-) -> Iterator[dict[str, Any]]:
-    """Every version of one Workload as the API server sends it: a watch, not a poll, so each
-    step of the cycle follows Kueue's write as closely as the API server allows."""
-    stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
-        custom.list_namespaced_custom_object,
-        *KUEUE,
-        namespace,
-        "workloads",
-        field_selector=f"metadata.name={name}",
-        timeout_seconds=int(DEADLINE * 3),
-    )
-    for event in stream:
-        yield event["object"]
-
-
-def _next(
-    versions: Iterator[dict[str, Any]], wanted: Callable[[dict[str, Any]], bool], what: str
-) -> dict[str, Any]:
-    for version in versions:
-        if wanted(version):
-            return version
-    raise AssertionError(f"the watch ended before {what}")
 
 
 def test_an_eviction_and_re_reservation_within_one_second_gets_its_own_raise(
@@ -77,23 +51,25 @@ def test_an_eviction_and_re_reservation_within_one_second_gets_its_own_raise(
     started = start_queued(step, namespace, torch_runtime, kueue, "fast")
     name, uid = started.result["name"], started.result["uid"]
     workload = wait_until(lambda: kueue.workload_of(uid), what="the Workload", timeout=DEADLINE)
-    versions = _workload_versions(custom, namespace, workload["metadata"]["name"])
+    versions = workload_versions(
+        custom, namespace, workload["metadata"]["name"], timeout=DEADLINE * 3
+    )
     seen: list[tuple[str, str, str]] = []  # (QuotaReserved time, raised-for, A) per reservation
 
     def approved(version: dict[str, Any]) -> bool:
         return (
             condition(version, "Evicted") != "True"
-            and _reserved_at(version) is not None
+            and reserved_at(version) is not None
             and check_state(version, kueue.check) == "Ready"
         )
 
     with replicas(control_plane.kubeconfig, namespace, tmp_path, "only") as (only,):
         for _ in range(CYCLES):
-            reservation = _next(versions, approved, "the controller approved a reservation")
+            reservation = next_version(versions, approved, "the controller approved a reservation")
             annotations = read_trainjob(custom, namespace, name)["metadata"]["annotations"]
             seen.append(
                 (
-                    str(_reserved_at(reservation)),
+                    str(reserved_at(reservation)),
                     annotations[wire.RAISED_FOR_ANNOTATION],
                     annotations[wire.ADMISSION_FLOOR_ANNOTATION],
                 )
@@ -101,7 +77,7 @@ def test_an_eviction_and_re_reservation_within_one_second_gets_its_own_raise(
             if len(seen) > 1 and seen[-1][0] == seen[-2][0]:
                 break
             kueue.set_active(uid, active=False)
-            _next(versions, lambda v: _reserved_at(v) is None, "Kueue released the quota")
+            next_version(versions, lambda v: reserved_at(v) is None, "Kueue released the quota")
             kueue.set_active(uid, active=True)
         raises = only.metric("dispatch_admission_raises_total")
     times = [at for at, _, _ in seen]
@@ -156,7 +132,7 @@ def test_a_trainjob_made_again_under_its_name_is_not_raised_for_the_old_workload
         found = kueue.workload_of(old.result["uid"])
         if found is None or check_state(found, kueue.check) != "Pending":
             return None
-        return found if _reserved_at(found) is not None else None
+        return found if reserved_at(found) is not None else None
 
     old_workload = wait_until(reserved, what="the old Workload's reservation", timeout=DEADLINE)
     made_again: list[dict[str, Any]] = []

@@ -17,7 +17,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dispatch_k8s.core.rules import events, wire
-from dispatch_k8s.core.rules.errors import NotOpened
+from dispatch_k8s.core.rules.errors import NotHeld, NotOpened
 from tests.cluster.wait import wait_until
 from tests.support.cluster_under_test import Cluster
 from tests.support.lifecycle import (
@@ -27,6 +27,7 @@ from tests.support.lifecycle import (
     Step,
     as_dict,
     read_jobset,
+    read_trainjob,
     run_stage,
     start_args,
 )
@@ -65,6 +66,34 @@ def taken(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | 
             return None
         raise
     return as_dict(config_map)
+
+
+def rebuilt_from_the_copy(
+    custom: client.CustomObjectsApi, namespace: str, name: str, uid: str
+) -> dict[str, Any]:
+    """JobSet `name` (uid `uid`) deleted until Trainer builds one carrying the edited copy's
+    podFailurePolicy. Trainer reads the copy from its informer cache, which may not hold the
+    edit yet when the deletion reaches it (seen once in CI): it then builds from the copy as it
+    was, and a later deletion finds the edit. Three tries, or the test fails."""
+    for _ in range(3):
+        custom.delete_namespaced_custom_object(
+            *JOBSET, namespace, "jobsets", name, propagation_policy="Background"
+        )
+
+        def rebuilt(gone: str = uid) -> dict[str, Any] | None:
+            try:
+                jobset = read_jobset(custom, namespace, name)
+            except ApiException as e:
+                if e.status == 404:
+                    return None
+                raise
+            return None if jobset["metadata"]["uid"] == gone else jobset
+
+        jobset = wait_until(rebuilt, what=f"Trainer to build JobSet {name} again", timeout=DEADLINE)
+        if "podFailurePolicy" in jobset["spec"]["replicatedJobs"][0]["template"]["spec"]:
+            return jobset
+        uid = jobset["metadata"]["uid"]
+    raise AssertionError(f"Trainer built JobSet {name} three times without the edited copy")
 
 
 def test_start_refuses_a_new_job_whose_snapshot_is_already_there(
@@ -178,20 +207,7 @@ def test_an_ignore_the_runtime_never_allowed_reaching_the_jobset_is_flagged(
     core = client.CoreV1Api(api_client)
     body = {"data": {wire.RUNTIME_SNAPSHOT_KEY: yaml.safe_dump(edited)}}
     core.patch_namespaced_config_map(snapshot_of(name), namespace, body)
-    custom.delete_namespaced_custom_object(
-        *JOBSET, namespace, "jobsets", name, propagation_policy="Background"
-    )
-
-    def rebuilt() -> dict[str, Any] | None:
-        try:
-            jobset = read_jobset(custom, namespace, name)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        return None if jobset["metadata"]["uid"] == first else jobset
-
-    jobset = wait_until(rebuilt, what=f"Trainer to build JobSet {name} again", timeout=DEADLINE)
+    jobset = rebuilt_from_the_copy(custom, namespace, name, first)
     job = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
     assert job["podFailurePolicy"]["rules"][0]["action"] == "Ignore", job
     body = {"data": {wire.RUNTIME_SNAPSHOT_KEY: original}}
@@ -265,4 +281,71 @@ def test_a_job_trainer_cannot_open_is_told_not_opened_by_unsuspend_status_and_th
         assert messages[0].startswith(f"TrainJob {name} is not opened: ")
         assert TRAINER_REFUSED in messages[0]
         assert auditor.metric("dispatch_admission_unopened_trainjobs") == 1
+        assert auditor.stop() == 0
+
+
+def test_a_running_job_trainer_cannot_hold_is_told_not_held_by_hold_status_and_the_auditor(
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    api_client: client.ApiClient,
+    control_plane: Cluster,
+    tmp_path: Path,
+) -> None:
+    """The snapshot of a running job edited (no policy refuses it here): Trainer rebuilds the
+    JobSet from the edited copy at the hold, and JobSet refuses the changed template as
+    immutable, the suspension with it. The job is held, its JobSet runs on: each of them says
+    so, with Trainer's reason."""
+    started = step("start", *start_args(namespace, torch_runtime, "runs-on"))
+    assert started.code == 0, started.error
+    name = started.result["name"]
+    target = ["--namespace", namespace, "--name", name]
+    snapshot = taken(api_client, namespace, name)
+    if snapshot is None:
+        pytest.skip("this Trainer builds from the runtime itself and takes no snapshot")
+    assert run_stage(step, "unsuspend", *target).code == 0
+    original = snapshot["data"][wire.RUNTIME_SNAPSHOT_KEY]
+    retried = original.replace("backoffLimit: 0", "backoffLimit: 6")
+    assert retried != original, original
+    client.CoreV1Api(api_client).patch_namespaced_config_map(
+        snapshot_of(name), namespace, {"data": {wire.RUNTIME_SNAPSHOT_KEY: retried}}
+    )
+
+    held = run_stage(step, "hold", *target)
+    assert held.code == NotHeld.exit_code, held.error
+    assert held.error.startswith(
+        f"TrainJob {name} is not held: Trainer reconciled the hold but its JobSet {name} "
+        "is not suspended, so what it runs goes on: "
+    ), held.error
+    assert TRAINER_REFUSED in held.error
+    custom = client.CustomObjectsApi(api_client)
+    assert read_trainjob(custom, namespace, name)["spec"]["suspend"] is True
+    assert read_jobset(custom, namespace, name)["spec"].get("suspend") is not True
+    # Run again, the job already suspended: told again, not taken for held.
+    again = run_stage(step, "hold", *target)
+    assert again.code == NotHeld.exit_code, again.error
+    assert TRAINER_REFUSED in again.error
+
+    shown = step("status", *target, "-o", "json")
+    assert shown.code == 0, shown.stderr
+    assert shown.result["state"] == "NotHeld"
+    assert TRAINER_REFUSED in shown.result["notHeld"]
+    assert shown.result["notOpened"] is None
+    assert shown.result["execution"]["which"] == "running"
+    assert shown.result["execution"]["admission"] == 1
+
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "auditor") as (auditor,):
+
+        def told() -> list[str] | None:
+            listed = client.CoreV1Api(api_client).list_namespaced_event(
+                namespace, field_selector=f"involvedObject.name={name},reason={events.NOT_HELD}"
+            )
+            return [str(event.message) for event in listed.items] or None
+
+        messages = wait_until(told, what=f"the auditor's NotHeld Event on {name}", timeout=30)
+        assert len(messages) == 1, messages
+        assert messages[0].startswith(f"TrainJob {name} is not held: ")
+        assert TRAINER_REFUSED in messages[0]
+        assert auditor.metric("dispatch_admission_unheld_trainjobs") == 1
+        assert auditor.metric("dispatch_admission_unopened_trainjobs") == 0
         assert auditor.stop() == 0

@@ -774,6 +774,18 @@ def test_a_runtime_changed_or_gone_since_start_is_a_finding() -> None:
     )
     [gone] = found(None)
     assert f"{runtime_seen(same)}, is gone" in gone
+    # Deleted, kept by Trainer v2.2.1's finalizer: the API server's raise of the generation when
+    # the deletion began is no edit; an edit before or after it is.
+    deleting = {"deletionTimestamp": "2026-12-07T07:00:00Z", "finalizers": ["in-use"]}
+    being_deleted = {
+        "metadata": {**same["metadata"], **deleting, "generation": 2},
+        "spec": RUNTIME_SPEC,
+    }
+    assert found(being_deleted) == []
+    edited_then_deleted = copy.deepcopy(being_deleted)
+    edited_then_deleted["metadata"]["generation"] = 3
+    [deleted_edit] = found(edited_then_deleted)
+    assert "is now rt-uid 2 " in deleted_edit
     # A record made before the digest: the UID and generation alone are compared.
     job["metadata"]["annotations"]["dispatch.phpboyscout.uk/runtime"] = "rt-uid 1"
     assert (found(same), len(found(edited))) == ([], 1)

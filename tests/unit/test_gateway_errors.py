@@ -67,6 +67,16 @@ def test_each_status_maps_to_its_exit_code(
     assert "\n" not in str(error)
 
 
+def test_a_webhook_that_could_not_be_called_is_told_from_other_server_errors() -> None:
+    message = (
+        'Internal error occurred: failed calling webhook "w.example.test": failed to call '
+        'webhook: Post "https://127.0.0.1:1/x?timeout=5s": dial tcp 127.0.0.1:1: connect: '
+        "connection refused"
+    )
+    assert api_errors.is_webhook_failure(message)
+    assert not api_errors.is_webhook_failure("Internal error occurred: etcdserver: timeout")
+
+
 def test_a_body_that_is_not_json_still_gives_a_one_line_message() -> None:
     error = ApiError.from_body(502, "Bad Gateway", b"<html>\nproxy\n</html>")
     mapped = api_errors.error_for(error, "get TrainJob team-a/x")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from dispatch_k8s.core.rules import snapshot
 
 WANTED: dict[str, Any] = {
@@ -24,19 +26,54 @@ def test_a_new_job_must_find_no_snapshot() -> None:
 
 
 def test_the_digest_reads_past_how_go_spells_the_same_runtime() -> None:
-    served = {"spec": {"template": {"spec": {"replicas": 1, "suspend": False, "jobs": [{}]}}}}
+    limits = {"cpu": 1, "memory": "1Gi"}
+    served = {
+        "spec": {
+            "template": {
+                "spec": {
+                    "replicas": 1,
+                    "suspend": False,
+                    "jobs": [{"resources": {"limits": limits}, "emptyDir": {"sizeLimit": 2}}],
+                }
+            }
+        }
+    }
     as_go_writes = {
         "metadata": {"name": "torch"},
         "spec": {
             "template": {
                 "metadata": {"creationTimestamp": None},
-                "spec": {"replicas": "1", "suspend": False, "jobs": [{"labels": {}}]},
+                "spec": {
+                    "replicas": 1.0,
+                    "suspend": False,
+                    "jobs": [
+                        {
+                            "labels": {},
+                            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
+                            "emptyDir": {"sizeLimit": "2"},
+                        }
+                    ],
+                },
             }
         },
     }
-    edited = {"spec": {"template": {"spec": {"replicas": 2, "suspend": False, "jobs": [{}]}}}}
     assert snapshot.runtime_digest(served) == snapshot.runtime_digest(as_go_writes)
-    assert snapshot.runtime_digest(served) != snapshot.runtime_digest(edited)
+
+
+@pytest.mark.parametrize(
+    ("story", "changed"),
+    [
+        ("a count made text", {"replicas": "1", "suspend": False}),
+        ("a flag made text", {"replicas": 1, "suspend": "false"}),
+        ("a count changed", {"replicas": 2, "suspend": False}),
+    ],
+)
+def test_the_digest_tells_a_scalar_whose_type_or_value_changed(
+    story: str, changed: dict[str, Any]
+) -> None:
+    served = {"spec": {"template": {"spec": {"replicas": 1, "suspend": False}}}}
+    edited = {"spec": {"template": {"spec": changed}}}
+    assert snapshot.runtime_digest(served) != snapshot.runtime_digest(edited), story
 
 
 def test_the_controller_owner_is_found_among_the_owners() -> None:

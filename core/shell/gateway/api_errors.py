@@ -79,6 +79,15 @@ def is_admission_denial(message: str) -> bool:
     return "admission webhook" in message or "ValidatingAdmissionPolicy" in message
 
 
+def is_webhook_failure(message: str) -> bool:
+    """Whether a webhook the API server could not call refused the request.
+
+    Its failurePolicy is Fail: the API server answers 500, "failed calling webhook". Admission
+    ran, and the webhook's absence refused the request.
+    """
+    return "failed calling webhook" in message
+
+
 def error_for(error: ApiError, what: str) -> DispatchError:
     """Map an API error to the step's outcome (docs/design.md §3 exit codes)."""
     status, message = error.status, error.message

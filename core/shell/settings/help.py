@@ -84,6 +84,7 @@ def exit_codes() -> list[tuple[int, str]]:
         errors.Refused,
         errors.Foreign,
         errors.NotOpened,
+        errors.NotHeld,
         errors.Transient,
     ):
         codes.append((error.exit_code, (error.__doc__ or "").strip().splitlines()[0]))

@@ -99,6 +99,12 @@ def _create(gateway: Gateway, wanted: Mapping[str, Any]) -> tuple[Mapping[str, A
             # Trainer v2.3.0 and later build a job from a snapshot of its runtime where one is
             # there already: a new job must find none, or it runs what start never checked.
             taken = gateway.find_config_map(namespace, snapshot.snapshot_name(meta["name"]))
+            if taken is not None:
+                # Or another start of the request made the job since our read, and Trainer its
+                # snapshot: decide on the job made.
+                job = gateway.find_trainjob(namespace, meta["name"])
+                if job is not None:
+                    continue
             refusal = snapshot.decide_none_before_start(wanted, taken)
             if refusal is not None:
                 raise Refused(refusal.reason)

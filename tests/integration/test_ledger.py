@@ -196,6 +196,51 @@ def test_concurrent_starts_of_one_request_create_one_trainjob_and_one_record(
     assert the_record_that_it_was_created(records)["data"][ledger.TRAINJOB_UID_KEY] == uid
 
 
+class TrainerFirst(Gateway):
+    """A gateway whose read of the runtime snapshot (before its create of the TrainJob) comes
+    after another start of the same request made the TrainJob, and Trainer its JobSet: from
+    v2.3.0 Trainer took the snapshot before the JobSet, so the start that lost the race finds
+    one there, made for the job it was about to create."""
+
+    def __init__(self, gateway: Gateway, wanted: dict[str, Any]) -> None:
+        super().__init__(gateway._api)
+        self._other, self._wanted = gateway, wanted
+        self.snapshot: dict[str, Any] | None = None
+
+    def find_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        if not name.endswith(wire.RUNTIME_SNAPSHOT_SUFFIX):
+            return super().find_config_map(namespace, name)
+        _made, outcome = start._create(self._other, self._wanted)
+        assert outcome == "created"
+        job = self._wanted["metadata"]["name"]
+        wait_until(
+            lambda: self._other.read_jobset(namespace, job),
+            what=f"Trainer to build JobSet {job}",
+            timeout=DEADLINE,
+        )
+        self.snapshot = super().find_config_map(namespace, name)
+        return self.snapshot
+
+
+def test_a_start_that_lost_the_race_to_trainers_snapshot_finds_the_trainjob_made(
+    namespace: str, torch_runtime: str, gateway: Gateway, custom: client.CustomObjectsApi
+) -> None:
+    """A snapshot found before the create is refused only where no TrainJob was made since
+    start's reads: here another start of the request made it, so this one carries on from it
+    (exit 0, "exists"), as where the create itself loses the race."""
+    wanted = wanted_by_start(gateway, spent_request(namespace, torch_runtime))
+    racing = TrainerFirst(gateway, wanted)
+    made, outcome = start._create(racing, wanted)
+    assert outcome == "exists"
+    assert (
+        made["metadata"]["uid"]
+        == read_trainjob(custom, namespace, wanted["metadata"]["name"])["metadata"]["uid"]
+    )
+    if racing.snapshot is not None:  # v2.3.0 on; v2.2.1 takes none, found from the cluster
+        owner = racing.snapshot["metadata"]["ownerReferences"][0]
+        assert owner["uid"] == made["metadata"]["uid"]
+
+
 def test_concurrent_start_processes_agree(
     step: Step, namespace: str, torch_runtime: str, api_client: client.ApiClient
 ) -> None:

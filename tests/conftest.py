@@ -163,6 +163,11 @@ def _needs_plane(item: pytest.Item) -> bool:
     return uses_session_plane or item.get_closest_marker("cluster") is not None
 
 
+def _runs_engines(item: pytest.Item) -> bool:
+    """A test on Argo's or Tekton's controllers, whose binaries build after the control plane's."""
+    return "engines" in getattr(item, "fixturenames", ())
+
+
 def _stores(item: pytest.Item) -> bool:
     """A test of the checkpoint library against SeaweedFS (tests/storage), built last."""
     return item.get_closest_marker("storage") is not None
@@ -191,13 +196,15 @@ def _in_matrix(item: pytest.Item) -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The tests that need no cluster first, each group in its collected order: on a new
-    machine they run while the control plane's binaries build in the background; the storage
-    suite last, as SeaweedFS is the last binary that background build makes. MATRIX's are
+    machine they run while the control plane's binaries build in the background; then those on
+    the plane, those on the Argo and Tekton engines after the others, as the engines build after
+    the plane; the storage suite last, as SeaweedFS is the last binary that background build
+    makes (scripts/setup's order). MATRIX's are
     marked `matrix`. With --part K/N, only every Nth of them from the Kth: a matrix's cells
     alternate between the parts."""
     for item in filter(_in_matrix, items):
         item.add_marker(pytest.mark.matrix)
-    items.sort(key=lambda item: (_stores(item), _needs_plane(item)))
+    items.sort(key=lambda item: (_stores(item), _runs_engines(item), _needs_plane(item)))
     if (value := config.getoption("--part")) is not None:
         k, n = _part(value)
         config.hook.pytest_deselected(items=[t for i, t in enumerate(items) if i % n != k - 1])

@@ -122,11 +122,13 @@ def ensure_engine() -> None:
         subprocess.Popen(
             [
                 dockerd,
-                # No bridge network and no iptables rules: containers use --network host,
-                # and nothing on this machine's network changes (docs/design.md §4).
+                # No bridge network, no iptables rules and IP forwarding left as it is
+                # (dockerd turns it on by default): containers use --network host, and nothing
+                # on this machine's network changes (docs/design.md §4).
                 "--bridge=none",
                 "--iptables=false",
                 "--ip-masq=false",
+                "--ip-forward=false",
                 f"--data-root={data_root}",
             ],
             stdin=subprocess.DEVNULL,

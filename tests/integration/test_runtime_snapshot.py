@@ -222,6 +222,37 @@ def test_an_ignore_the_runtime_never_allowed_reaching_the_jobset_is_flagged(
     assert "changed since start checked it" not in audited.error, "the copy is as start saw it"
 
 
+UNCARRIED_GAUGES: Final = (
+    "dispatch_admission_unopened_trainjobs",
+    "dispatch_admission_unheld_trainjobs",
+)
+
+
+def told_by_the_auditor(
+    control_plane: Cluster,
+    api_client: client.ApiClient,
+    tmp_path: Path,
+    job: tuple[str, str],
+    reason: str,
+) -> tuple[str, dict[str, float]]:
+    """An auditor replica's one Event `reason` on the TrainJob `job` (namespace, name), and its
+    gauges of jobs not opened and not held, read before it stops (exit 0)."""
+    namespace, name = job
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "auditor") as (auditor,):
+
+        def told() -> list[str] | None:
+            listed = client.CoreV1Api(api_client).list_namespaced_event(
+                namespace, field_selector=f"involvedObject.name={name},reason={reason}"
+            )
+            return [str(event.message) for event in listed.items] or None
+
+        messages = wait_until(told, what=f"the auditor's {reason} Event on {name}", timeout=30)
+        gauges = {gauge: auditor.metric(gauge) for gauge in UNCARRIED_GAUGES}
+        assert auditor.stop() == 0
+    assert len(messages) == 1, messages
+    return messages[0], gauges
+
+
 def test_a_job_trainer_cannot_open_is_told_not_opened_by_unsuspend_status_and_the_auditor(
     step: Step,
     namespace: str,
@@ -268,20 +299,12 @@ def test_a_job_trainer_cannot_open_is_told_not_opened_by_unsuspend_status_and_th
     assert shown.result["execution"]["admission"] == 1
 
     # The auditor tells it too (and flags the snapshot's change, a finding of its own).
-    with replicas(control_plane.kubeconfig, namespace, tmp_path, "auditor") as (auditor,):
-
-        def told() -> list[str] | None:
-            listed = client.CoreV1Api(api_client).list_namespaced_event(
-                namespace, field_selector=f"involvedObject.name={name},reason={events.NOT_OPENED}"
-            )
-            return [str(event.message) for event in listed.items] or None
-
-        messages = wait_until(told, what=f"the auditor's NotOpened Event on {name}", timeout=30)
-        assert len(messages) == 1, messages
-        assert messages[0].startswith(f"TrainJob {name} is not opened: ")
-        assert TRAINER_REFUSED in messages[0]
-        assert auditor.metric("dispatch_admission_unopened_trainjobs") == 1
-        assert auditor.stop() == 0
+    message, gauges = told_by_the_auditor(
+        control_plane, api_client, tmp_path, (namespace, name), events.NOT_OPENED
+    )
+    assert message.startswith(f"TrainJob {name} is not opened: ")
+    assert TRAINER_REFUSED in message
+    assert gauges["dispatch_admission_unopened_trainjobs"] == 1
 
 
 def test_a_running_job_trainer_cannot_hold_is_told_not_held_by_hold_status_and_the_auditor(
@@ -334,18 +357,10 @@ def test_a_running_job_trainer_cannot_hold_is_told_not_held_by_hold_status_and_t
     assert shown.result["execution"]["which"] == "running"
     assert shown.result["execution"]["admission"] == 1
 
-    with replicas(control_plane.kubeconfig, namespace, tmp_path, "auditor") as (auditor,):
-
-        def told() -> list[str] | None:
-            listed = client.CoreV1Api(api_client).list_namespaced_event(
-                namespace, field_selector=f"involvedObject.name={name},reason={events.NOT_HELD}"
-            )
-            return [str(event.message) for event in listed.items] or None
-
-        messages = wait_until(told, what=f"the auditor's NotHeld Event on {name}", timeout=30)
-        assert len(messages) == 1, messages
-        assert messages[0].startswith(f"TrainJob {name} is not held: ")
-        assert TRAINER_REFUSED in messages[0]
-        assert auditor.metric("dispatch_admission_unheld_trainjobs") == 1
-        assert auditor.metric("dispatch_admission_unopened_trainjobs") == 0
-        assert auditor.stop() == 0
+    message, gauges = told_by_the_auditor(
+        control_plane, api_client, tmp_path, (namespace, name), events.NOT_HELD
+    )
+    assert message.startswith(f"TrainJob {name} is not held: ")
+    assert TRAINER_REFUSED in message
+    assert gauges["dispatch_admission_unheld_trainjobs"] == 1
+    assert gauges["dispatch_admission_unopened_trainjobs"] == 0

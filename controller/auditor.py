@@ -2,13 +2,14 @@
 
 Where the admission policies are not installed, detection is the only defence, and an audit
 that runs now and then cannot compare what it never saw (docs/operations.md: The audit). So
-the leader lists and watches the managed TrainJobs, the JobSets, the Jobs and the pods of its
-namespaces into a store (controller/store.py, as client-go's informers keep a cache); every change
-is mapped to its TrainJob and queued, and workers decide from the store with the pure functions
-`dispatch-audit` decides with (`core.shell.auditing.audit_of`, `decide`). A pass that would write
-(J risen, an execution begun, a finding not yet flagged) is decided again from fresh reads of
-that TrainJob alone (`core.shell.auditing.audit_read`), and its one update is preconditioned on the
-TrainJob as read there: a watch that lags another can delay a finding, never make one. It
+the leader lists and watches the managed TrainJobs, the JobSets, the Jobs, the pods and Trainer's
+runtime snapshots (ConfigMaps) of its namespaces into a store (controller/store.py, as client-go's
+informers keep a cache); every change is mapped to its TrainJob and queued, and workers decide
+from the store with the pure functions `dispatch-audit` decides with
+(`core.shell.auditing.audit_of`, `decide`). A pass that would write (J risen, an execution
+begun, a finding not yet flagged) is decided again from fresh reads of that TrainJob alone
+(`core.shell.auditing.audit_read`), and its one update is preconditioned on the TrainJob as
+read there: a watch that lags another can delay a finding, never make one. It
 never stops a job. Beyond what `dispatch-audit` finds, it compares each version of a TrainJob
 with the one it kept: a record that bounds R moved back is flagged and put back
 (core.rules.erasure).
@@ -64,6 +65,15 @@ MAX_BACKOFF: Final = 30.0  # again, doubled each time up to this
 WRITE_TRIES: Final = 4  # fresh reads and one PUT each, in one pass, before it goes back in line
 
 
+def snapshot_key(obj: Mapping[str, Any]) -> Key | None:
+    """A runtime snapshot's TrainJob: Trainer names the ConfigMap for it; None for any other."""
+    key = own_key(obj)
+    if key is None or not key[1].endswith(wire.RUNTIME_SNAPSHOT_SUFFIX):
+        return None
+    name = key[1].removesuffix(wire.RUNTIME_SNAPSHOT_SUFFIX)
+    return (key[0], name) if name else None
+
+
 def jobset_key(obj: Mapping[str, Any]) -> Key | None:
     """A child Job's or a pod's TrainJob: JobSet labels both with its name, the TrainJob's."""
     meta = shapes.mapping(obj.get("metadata"))
@@ -81,6 +91,7 @@ class Stream:
     resource: Kind
     label_selector: str
     key: Callable[[Mapping[str, Any]], Key | None]
+    keeps_unkeyed: bool = True  # whether an object that maps to no TrainJob is kept too
 
 
 TRAINJOBS: Final = Stream(
@@ -93,7 +104,12 @@ JOBSETS: Final = Stream("jobsets", kinds.JOBSET, "", own_key)
 # whose label was removed by its owner or the trainer it runs.
 JOBS: Final = Stream("jobs", kinds.JOB, "", jobset_key)
 PODS: Final = Stream("pods", kinds.POD, "", jobset_key)
-STREAMS: Final = (TRAINJOBS, JOBSETS, JOBS, PODS)
+# Trainer labels no snapshot (v2.3.0): every ConfigMap is told, and only those named for a
+# TrainJob are kept. A snapshot edited then queues its job at once, where a snapshot read at each
+# pass was read some 30 times in a job's admission (docs/development.md) and an edit of a
+# suspended job's was found only at the next resync.
+SNAPSHOTS: Final = Stream("snapshots", kinds.CONFIG_MAP, "", snapshot_key, keeps_unkeyed=False)
+STREAMS: Final = (TRAINJOBS, JOBSETS, JOBS, PODS, SNAPSHOTS)
 
 
 class Auditor:
@@ -186,8 +202,10 @@ class Auditor:
             ident = own_key(obj)
             if ident is None or event not in (streams.LISTED, "ADDED", "MODIFIED", "DELETED"):
                 continue  # a BOOKMARK, or an object without a name
-            version = str(shapes.mapping(obj.get("metadata")).get("resourceVersion"))
             key = stream.key(obj)
+            if key is None and not stream.keeps_unkeyed:
+                continue  # a ConfigMap that is no snapshot
+            version = str(shapes.mapping(obj.get("metadata")).get("resourceVersion"))
             seen: tuple[str, Key | None] | None = known.get(ident)
             if event == streams.LISTED:
                 listing[ident] = (version, key)
@@ -457,7 +475,7 @@ class Auditor:
         job_audit = auditing.audit_of(
             trainjob,
             view.jobset,
-            runtime_now=self._runtime(namespace, trainjob),
+            runtime_now=self._runtime(namespace, trainjob, view.snapshot),
             jobs=view.jobs,
             pods=view.pods,
         )
@@ -534,16 +552,15 @@ class Auditor:
         serve.UNHELD.set(held)
 
     def _runtime(
-        self, namespace: str, trainjob: Mapping[str, Any]
+        self, namespace: str, trainjob: Mapping[str, Any], taken: Mapping[str, Any] | None
     ) -> dict[str, Any] | Snapshot | None:
         """What the TrainJob is built from: its runtime snapshot, else the runtime it names.
 
-        The snapshot (Trainer v2.3.0 and later take one) is read afresh, the runtime as read
-        since the last resync.
+        The snapshot (Trainer v2.3.0 and later take one) as the store holds it, the runtime as
+        read since the last resync.
         """
-        taken = auditing.read_snapshot(self._gateway, namespace, trainjob)
         if taken is not None:
-            return taken
+            return auditing.snapshot_of(taken)
         kind, name = auditing.runtime_ref(trainjob)
         memo = (namespace, kind, name)
         with self._lock:

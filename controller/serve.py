@@ -53,7 +53,8 @@ UNHELD: Final = Gauge(
 )
 WATCHED: Final = Gauge(
     f"{PREFIX}_watched_objects",
-    "Objects the auditor lists and watches, by kind (trainjobs, jobsets, jobs, pods).",
+    "Objects the auditor keeps of what it lists and watches, by kind (trainjobs, jobsets, jobs, "
+    "pods, snapshots).",
     ["kind"],
 )
 DETECTION: Final = Histogram(

@@ -1,12 +1,13 @@
-"""What the auditor's streams told: every TrainJob, JobSet, Job and pod, as the audit reads them.
+"""What the auditor's streams told: every TrainJob, JobSet, Job, pod and runtime snapshot.
 
 As client-go's informers keep a cache, so an audit pass reads memory, not the API server: a
 change to one pod costs the audit of its TrainJob, whatever the namespace holds. Jobs and pods
 are indexed by each mark core.rules.ownership claims them by (the JobSet's label, an owner's
 UID, the trainer's token), so a TrainJob's are found in a few lookups and a removed label hides
 none.
-Objects are kept trimmed (core.rules.audit.job_as_audited, pod_as_audited) and packed
-(controller/packing.py); their names, by which thousands of pods are indexed, are shared.
+Objects are kept trimmed to what the audit reads (core.rules.audit.job_as_audited,
+pod_as_audited, snapshot_as_audited) and packed (controller/packing.py); their names, by which
+thousands of pods are indexed, are shared.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from dispatch_k8s.controller import packing
-from dispatch_k8s.core.rules import audit, ownership, shapes, wire
+from dispatch_k8s.core.rules import audit, ownership, shapes, snapshot, wire
 
 Key = tuple[str, str]  # an object's namespace and name: a TrainJob's is its JobSet's
 Mark = tuple[str, str, str]  # (namespace, which mark, its value)
@@ -27,11 +28,13 @@ TRAINJOBS: Final = "trainjobs"
 JOBSETS: Final = "jobsets"
 JOBS: Final = "jobs"
 PODS: Final = "pods"
+SNAPSHOTS: Final = "snapshots"  # Trainer's runtime snapshot ConfigMaps (core.rules.snapshot)
 _TRIM: Final[dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]]] = {
     TRAINJOBS: audit.job_as_audited,
     JOBSETS: audit.job_as_audited,
     JOBS: audit.job_as_audited,
     PODS: audit.pod_as_audited,
+    SNAPSHOTS: audit.snapshot_as_audited,
 }
 
 
@@ -71,12 +74,13 @@ def _token_mark(namespace: str, trainjob: Mapping[str, Any]) -> Mark | None:
 
 @dataclass(frozen=True, slots=True)
 class View:
-    """One TrainJob as the store holds it, with every Job and pod that may be its own."""
+    """One TrainJob as the store holds it: what may be its own, and its runtime snapshot."""
 
     trainjob: dict[str, Any] | None
     jobset: dict[str, Any] | None
     jobs: list[dict[str, Any]]
     pods: list[dict[str, Any]]
+    snapshot: dict[str, Any] | None = None
 
     def unlabelled(self, name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Its Jobs and pods that do not carry the JobSet's label for `name`."""
@@ -152,13 +156,14 @@ class Store:
         return old
 
     def view(self, key: Key) -> View:
-        """The TrainJob of `key`, its JobSet, and the Jobs and pods any of its marks name."""
+        """The TrainJob of `key`, its JobSet, the Jobs and pods any mark names, its snapshot."""
         namespace, name = key
         with self._lock:
             trainjob = self._get(TRAINJOBS, key)
             jobset = self._get(JOBSETS, key)
             if trainjob is None:
                 return View(None, jobset, [], [])
+            taken = self._get(SNAPSHOTS, (namespace, snapshot.snapshot_name(name)))
             lineage = ownership.lineage_of(trainjob, jobset)
             marks = {(namespace, "name", name)}
             if lineage.token is not None:
@@ -169,7 +174,7 @@ class Store:
             jobs = self._find(JOBS, job_marks)
             owned = lineage.with_jobs(job for job in jobs if lineage.claims_job(job))
             pods = self._find(PODS, marks | {(namespace, "uid", uid) for uid in owned.job_uids})
-        return View(trainjob, jobset, jobs, pods)
+        return View(trainjob, jobset, jobs, pods, taken)
 
     def _get(self, kind: str, key: Key) -> dict[str, Any] | None:
         packed = self._objects[kind].get(key)

@@ -150,6 +150,56 @@ def test_a_snapshot_edited_after_start_is_flagged(
     ) in audited.error
 
 
+def test_the_auditor_flags_a_suspended_job_s_snapshot_edit_as_it_is_made(
+    step: Step,
+    namespace: str,
+    torch_runtime: str,
+    api_client: client.ApiClient,
+    control_plane: Cluster,
+    tmp_path: Path,
+) -> None:
+    """An edit of a suspended job's snapshot changes nothing else the auditor watches: it
+    watches the snapshots as well, so it flags the edit at once, not at its next resync (an
+    hour away here)."""
+    started = step("start", *start_args(namespace, torch_runtime, "watched"))
+    assert started.code == 0, started.error
+    name = started.result["name"]
+    snapshot = taken(api_client, namespace, name)
+    if snapshot is None:
+        pytest.skip("this Trainer builds from the runtime itself and takes no snapshot")
+    hour = ("--resync-seconds", "3600")
+    with replicas(control_plane.kubeconfig, namespace, tmp_path, "auditor", extra=hour) as (
+        auditor,
+    ):
+        # Its first pass, clean, before the edit: the edit is what it flags.
+        wait_until(
+            lambda: (
+                auditor.metric("dispatch_admission_audits_total", 'outcome="clean"') >= 1 or None
+            ),
+            what="the auditor's first pass",
+            timeout=30,
+        )
+        kept = auditor.metric("dispatch_admission_watched_objects", 'kind="snapshots"')
+        assert kept == 1, "it keeps the job's snapshot and no other ConfigMap of the namespace"
+        retried = snapshot["data"][wire.RUNTIME_SNAPSHOT_KEY].replace(
+            "backoffLimit: 0", "backoffLimit: 6"
+        )
+        client.CoreV1Api(api_client).patch_namespaced_config_map(
+            snapshot_of(name), namespace, {"data": {wire.RUNTIME_SNAPSHOT_KEY: retried}}
+        )
+
+        def flagged() -> list[str] | None:
+            listed = client.CoreV1Api(api_client).list_namespaced_event(
+                namespace, field_selector=f"involvedObject.name={name},reason={events.FLAGGED}"
+            )
+            return [str(event.message) for event in listed.items] or None
+
+        (message,) = wait_until(flagged, what=f"the auditor's flag on {name}", timeout=30)
+        assert auditor.stop() == 0
+    assert f"runtime snapshot ConfigMap {snapshot_of(name)}" in message, message
+    assert read_trainjob(client.CustomObjectsApi(api_client), namespace, name)["spec"]["suspend"]
+
+
 def test_a_runtime_edited_after_start_is_flagged_where_the_job_is_built_from_it(
     step: Step, namespace: str, custom: client.CustomObjectsApi, api_client: client.ApiClient
 ) -> None:

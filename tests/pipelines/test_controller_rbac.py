@@ -36,7 +36,7 @@ from tests.support.controller_identity import (
     metrics_reader,
 )
 from tests.support.kueue_objects import KueueSetup
-from tests.support.lifecycle import Step, read_trainjob, start_args, start_queued
+from tests.support.lifecycle import Step, as_dict, read_trainjob, start_args, start_queued
 from tests.support.node_controller import pod_of
 from tests.support.replicas import admitted, replicas, secure_get
 from tests.support.shipped import Manifest, documents
@@ -213,6 +213,14 @@ def test_the_shipped_identity_runs_the_controller(
         assert replica.metric("dispatch_admission_audits_total", 'outcome="recorded"') >= 1
         assert replica.metric("dispatch_admission_audits_total", 'outcome="error"') == 0
         assert replica.metric("dispatch_admission_watched_objects", 'kind="trainjobs"') == 1
+        # configmaps list/watch: it keeps the job's runtime snapshot, where Trainer took one.
+        kept = client.CoreV1Api(api_client).list_namespaced_config_map(namespace).items
+        taken = {as_dict(c)["metadata"]["name"] for c in kept} & {
+            f"{name}{wire.RUNTIME_SNAPSHOT_SUFFIX}"
+        }
+        assert replica.metric("dispatch_admission_watched_objects", 'kind="snapshots"') == len(
+            taken
+        )
         assert replica.stop() == 0
     # Nothing it tried was refused. Every API error is told as "<status> <phrase>: …", so the
     # phrase is matched with the status: a bare "403" also occurs in timestamps and UIDs.

@@ -10,6 +10,7 @@ from dispatch_k8s.controller import streams
 from dispatch_k8s.controller.auditor import (
     STREAMS,
     jobset_key,
+    snapshot_key,
 )
 from dispatch_k8s.controller.store import own_key
 from dispatch_k8s.core.rules.wire import JOBSET_NAME_KEY
@@ -67,7 +68,30 @@ def test_only_trainjobs_are_selected_by_the_managed_label() -> None:
         "jobsets": "",
         "jobs": "",
         "pods": "",
+        "snapshots": "",
     }
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("train-1-runtime-snapshot", ("team-a", "train-1")),
+        ("train-1-runtime-snapshot-runtime-snapshot", ("team-a", "train-1-runtime-snapshot")),
+        ("-runtime-snapshot", None),
+        ("train-1-runtime-snapshot-2", None),
+        ("dispatch-ledger-train-1", None),
+        ("kube-root-ca.crt", None),
+    ],
+)
+def test_a_config_map_maps_to_a_trainjob_only_as_its_runtime_snapshot(
+    name: str, key: tuple[str, str] | None
+) -> None:
+    """Trainer names the copy `<trainjob>-runtime-snapshot` and labels it with nothing: the name
+    is all there is to go by, and every other ConfigMap is told and dropped."""
+    assert snapshot_key(obj(namespace="team-a", name=name)) == key
+    (snapshots,) = [stream for stream in STREAMS if stream.kind == "snapshots"]
+    assert not snapshots.keeps_unkeyed
+    assert all(stream.keeps_unkeyed for stream in STREAMS if stream is not snapshots)
 
 
 def test_whole_lists_tells_each_list_at_once_and_a_list_begun_again_afresh() -> None:

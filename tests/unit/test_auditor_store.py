@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dispatch_k8s.controller.store import JOBS, JOBSETS, PODS, TRAINJOBS, Store
+from dispatch_k8s.controller.store import JOBS, JOBSETS, PODS, SNAPSHOTS, TRAINJOBS, Store
 from dispatch_k8s.core.rules import audit, ownership, wire
 from dispatch_k8s.core.shell import auditing
 from tests.unit.audit_factories import NAME, UID, jobset_dict, pod_dict, trainjob_dict
@@ -147,3 +147,36 @@ def test_a_trimmed_pod_keeps_what_ownership_reads() -> None:
     assert trimmed["spec"]["containers"][0]["env"] == [
         {"name": wire.ENV_TOKEN_PREFIX, "value": TOKEN}
     ]
+
+
+def snapshot_dict(name: str, **data: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "resourceVersion": "7",
+            "ownerReferences": [{"kind": "TrainJob", "uid": UID, "controller": True}],
+            "managedFields": [{"manager": "trainer"}],
+        },
+        "data": data,
+    }
+
+
+def test_a_trainjob_s_view_holds_its_runtime_snapshot_as_the_audit_reads_it() -> None:
+    store = filled()
+    assert store.view(KEY).snapshot is None, "no copy taken yet (or a Trainer that takes none)"
+    store.put(SNAPSHOTS, snapshot_dict(f"{NAME}-runtime-snapshot-2", runtime="kind: x"))
+    assert store.view(KEY).snapshot is None, "another job's name"
+    store.put(
+        SNAPSHOTS,
+        snapshot_dict(f"{NAME}-runtime-snapshot", runtime="kind: ClusterTrainingRuntime", x="y"),
+    )
+    kept = store.view(KEY).snapshot
+    assert kept is not None
+    assert kept["data"] == {wire.RUNTIME_SNAPSHOT_KEY: "kind: ClusterTrainingRuntime"}
+    assert "managedFields" not in kept["metadata"]
+    taken = auditing.snapshot_of(kept)
+    assert (taken.name, taken.owner_uid) == (f"{NAME}-runtime-snapshot", UID)
+    assert taken.runtime == {"kind": "ClusterTrainingRuntime"}
+    store.remove(SNAPSHOTS, ("team-a", f"{NAME}-runtime-snapshot"))
+    assert store.view(KEY).snapshot is None

@@ -18,6 +18,7 @@ from dispatch_k8s.core.rules.audit.projections import (
     POD_METADATA_READ,
     job_as_audited,
     pod_as_audited,
+    snapshot_as_audited,
 )
 from dispatch_k8s.core.rules.audit.record import (
     CAUSE_SEPARATOR,
@@ -48,5 +49,6 @@ __all__ = [
     "decide_annotations",
     "job_as_audited",
     "pod_as_audited",
+    "snapshot_as_audited",
     "with_annotations",
 ]

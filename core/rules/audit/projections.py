@@ -15,6 +15,7 @@ from dispatch_k8s.core.rules.wire import (
     JOBSET_UID_KEY,
     REPLICATED_JOB_NAME_KEY,
     RESTART_ATTEMPT_KEY,
+    RUNTIME_SNAPSHOT_KEY,
 )
 
 
@@ -60,6 +61,19 @@ def pod_as_audited(pod: Mapping[str, Any]) -> dict[str, Any]:
         },
         "spec": {"containers": containers},
         "status": {**kept, "containerStatuses": statuses},
+    }
+
+
+def snapshot_as_audited(config_map: Mapping[str, Any]) -> dict[str, Any]:
+    """A runtime snapshot ConfigMap with only what the audit reads (auditing.snapshot_of)."""
+    meta = shapes.mapping(config_map.get("metadata"))
+    data = shapes.mapping(config_map.get("data"))
+    return {
+        "metadata": {
+            **{key: meta[key] for key in ("name", "namespace", "resourceVersion") if key in meta},
+            "ownerReferences": [dict(ref) for ref in shapes.mappings(meta.get("ownerReferences"))],
+        },
+        "data": {key: data[key] for key in (RUNTIME_SNAPSHOT_KEY,) if key in data},
     }
 
 

@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from tests.cluster import binaries, extras, seaweedfs
 from tests.cluster.harness import ControlPlane
 from tests.cluster.wait import wait_until
-from tests.support import policies
+from tests.support import policies, tools
 from tests.support.cluster_under_test import EXISTING_CLUSTER_ENV, Cluster
 from tests.support.shipped import install_runtime
 
@@ -168,6 +168,14 @@ def _runs_engines(item: pytest.Item) -> bool:
     return "engines" in getattr(item, "fixturenames", ())
 
 
+def _runs_release_tools(item: pytest.Item) -> bool:
+    """A test of a module that runs kustomize or helm (tests/support/tools.py), which
+    scripts/setup builds after the control plane's binaries: run after the plane's tests, by
+    when they are built, it does not build them at once beside the plane and hold it up."""
+    module = item.getparent(pytest.Module)
+    return module is not None and getattr(module.obj, "tools", None) is tools
+
+
 def _stores(item: pytest.Item) -> bool:
     """A test of the checkpoint library against SeaweedFS (tests/storage), built last."""
     return item.get_closest_marker("storage") is not None
@@ -197,14 +205,21 @@ def _in_matrix(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The tests that need no cluster first, each group in its collected order: on a new
     machine they run while the control plane's binaries build in the background; then those on
-    the plane, those on the Argo and Tekton engines after the others, as the engines build after
-    the plane; the storage suite last, as SeaweedFS is the last binary that background build
-    makes (scripts/setup's order). MATRIX's are
-    marked `matrix`. With --part K/N, only every Nth of them from the Kth: a matrix's cells
+    the plane; those that run kustomize or helm, which build after the plane; those on
+    the Argo and Tekton engines, which build after those two; the storage suite last, as
+    SeaweedFS is the last binary that background build makes (scripts/setup's order). MATRIX's
+    are marked `matrix`. With --part K/N, only every Nth of them from the Kth: a matrix's cells
     alternate between the parts."""
     for item in filter(_in_matrix, items):
         item.add_marker(pytest.mark.matrix)
-    items.sort(key=lambda item: (_stores(item), _runs_engines(item), _needs_plane(item)))
+    items.sort(
+        key=lambda item: (
+            _stores(item),
+            _runs_engines(item),
+            _runs_release_tools(item),
+            _needs_plane(item),
+        )
+    )
     if (value := config.getoption("--part")) is not None:
         k, n = _part(value)
         config.hook.pytest_deselected(items=[t for i, t in enumerate(items) if i % n != k - 1])

@@ -75,7 +75,10 @@ from tests.support.policies import (
 from tests.support.replicas import Replica, admitted
 from tests.support.shipped import PIPELINES, TORCH_RUNTIME, default_image, documents
 
-pytestmark = [pytest.mark.pipelines, pytest.mark.cluster]
+# Each test starts a control plane of its own (the first one's for the module): on a new
+# machine, beside the background builds, one start took 496 s, over the default 600 s with
+# its installs.
+pytestmark = [pytest.mark.pipelines, pytest.mark.cluster, pytest.mark.timeout(1200)]
 
 NAMESPACE: Final = "default"  # where config/ puts the steps' identity
 STEPS: Final = "dispatch-steps"

@@ -46,6 +46,8 @@ class History:
     entries: dict[str, list[tuple[dict[str, Any], str | None, str | None]]] = field(
         default_factory=lambda: defaultdict(list)
     )
+    # TrainJob -> whether its Workload, as last seen, is admitted.
+    admitted: dict[str, bool] = field(default_factory=dict)
     check: str = ""
     _stopped: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -120,6 +122,13 @@ class History:
 
     def _workload(self, workload: dict[str, Any]) -> None:
         status = workload.get("status") or {}
+        for owner in workload["metadata"].get("ownerReferences") or []:
+            if owner.get("kind") == "TrainJob":
+                admitted = any(
+                    c["type"] == "Admitted" and c["status"] == "True"
+                    for c in status.get("conditions") or []
+                )
+                self.admitted[owner["name"]] = admitted
         reserved = next(
             (
                 c.get("lastTransitionTime")
@@ -145,6 +154,20 @@ class History:
             versions = self.checks[workload["metadata"]["uid"]]
             if not versions or versions[-1] != seen:
                 versions.append(seen)
+
+    def ran_as_admitted(self, trainjob: str) -> bool:
+        """Whether the TrainJob is admitted and has run under its latest raise: not waiting to
+        be admitted again (preempted) or to run again (admitted again)."""
+        with self._lock:
+            floors = self.raises.get(trainjob) or []
+            return (
+                self.admitted.get(trainjob, False)
+                and bool(floors)
+                and any(
+                    e.trainjob == trainjob and str(e.admission) == floors[-1][1]
+                    for e in self.executions
+                )
+            )
 
     def of(self, trainjob: str) -> list[Execution]:
         """The executions of one TrainJob, in the order their first pods appeared."""

@@ -265,10 +265,14 @@ def test_a_burst_of_100_with_preemptions_and_leaders_paused_and_killed_keeps_r_r
         deleted: set[str] = set()
 
         def finish_what_ran(count: int) -> bool | None:
-            """A job that has run is done (deleted): the highs first, then the lows."""
-            waves = [highs, lows] if set(highs) - deleted else [lows]
-            for name in waves[0]:
-                if name not in deleted and history.of(name):
+            """A job that has run is done (deleted): the highs first, then the lows, each low
+            once it has run under its latest admission (a preempted one waits to run again)."""
+            if set(highs) - deleted:
+                done = [name for name in highs if history.of(name)]
+            else:
+                done = [name for name in lows if history.ran_as_admitted(name)]
+            for name in done:
+                if name not in deleted:
                     _delete_trainjob(custom, namespace, name)
                     deleted.add(name)
             return len(deleted) >= count or None

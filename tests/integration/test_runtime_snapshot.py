@@ -68,6 +68,19 @@ def taken(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | 
     return as_dict(config_map)
 
 
+def give_retries(
+    api: client.ApiClient, namespace: str, name: str, snapshot: dict[str, Any]
+) -> None:
+    """TrainJob `name`'s snapshot edited, as nothing refuses here: the trainer Job given
+    retries, so that a failed rank would be replaced with the same A and J."""
+    original = snapshot["data"][wire.RUNTIME_SNAPSHOT_KEY]
+    retried = original.replace("backoffLimit: 0", "backoffLimit: 6")
+    assert retried != original, original
+    client.CoreV1Api(api).patch_namespaced_config_map(
+        snapshot_of(name), namespace, {"data": {wire.RUNTIME_SNAPSHOT_KEY: retried}}
+    )
+
+
 def rebuilt_from_the_copy(
     custom: client.CustomObjectsApi, namespace: str, name: str, uid: str
 ) -> dict[str, Any]:
@@ -135,13 +148,7 @@ def test_a_snapshot_edited_after_start_is_flagged(
         pytest.skip("this Trainer builds from the runtime itself and takes no snapshot")
     assert run_stage(step, "audit", *target).code == 0, "the copy is what start checked"
 
-    # The trainer Job given retries: a failed rank replaced with the same A and J.
-    original = snapshot["data"][wire.RUNTIME_SNAPSHOT_KEY]
-    retried = original.replace("backoffLimit: 0", "backoffLimit: 6")
-    assert retried != original, original
-    client.CoreV1Api(api_client).patch_namespaced_config_map(
-        snapshot_of(name), namespace, {"data": {wire.RUNTIME_SNAPSHOT_KEY: retried}}
-    )
+    give_retries(api_client, namespace, name, snapshot)
     audited = run_stage(step, "audit", *target)
     assert audited.code == 7, audited.error
     assert (
@@ -181,12 +188,7 @@ def test_the_auditor_flags_a_suspended_job_s_snapshot_edit_as_it_is_made(
         )
         kept = auditor.metric("dispatch_admission_watched_objects", 'kind="snapshots"')
         assert kept == 1, "it keeps the job's snapshot and no other ConfigMap of the namespace"
-        retried = snapshot["data"][wire.RUNTIME_SNAPSHOT_KEY].replace(
-            "backoffLimit: 0", "backoffLimit: 6"
-        )
-        client.CoreV1Api(api_client).patch_namespaced_config_map(
-            snapshot_of(name), namespace, {"data": {wire.RUNTIME_SNAPSHOT_KEY: retried}}
-        )
+        give_retries(api_client, namespace, name, snapshot)
 
         def flagged() -> list[str] | None:
             listed = client.CoreV1Api(api_client).list_namespaced_event(
@@ -321,12 +323,7 @@ def test_a_job_trainer_cannot_open_is_told_not_opened_by_unsuspend_status_and_th
     snapshot = taken(api_client, namespace, name)
     if snapshot is None:
         pytest.skip("this Trainer builds from the runtime itself and takes no snapshot")
-    original = snapshot["data"][wire.RUNTIME_SNAPSHOT_KEY]
-    retried = original.replace("backoffLimit: 0", "backoffLimit: 6")
-    assert retried != original, original
-    client.CoreV1Api(api_client).patch_namespaced_config_map(
-        snapshot_of(name), namespace, {"data": {wire.RUNTIME_SNAPSHOT_KEY: retried}}
-    )
+    give_retries(api_client, namespace, name, snapshot)
 
     opened = run_stage(step, "unsuspend", *target)
     assert opened.code == NotOpened.exit_code, opened.error
@@ -377,12 +374,7 @@ def test_a_running_job_trainer_cannot_hold_is_told_not_held_by_hold_status_and_t
     if snapshot is None:
         pytest.skip("this Trainer builds from the runtime itself and takes no snapshot")
     assert run_stage(step, "unsuspend", *target).code == 0
-    original = snapshot["data"][wire.RUNTIME_SNAPSHOT_KEY]
-    retried = original.replace("backoffLimit: 0", "backoffLimit: 6")
-    assert retried != original, original
-    client.CoreV1Api(api_client).patch_namespaced_config_map(
-        snapshot_of(name), namespace, {"data": {wire.RUNTIME_SNAPSHOT_KEY: retried}}
-    )
+    give_retries(api_client, namespace, name, snapshot)
 
     held = run_stage(step, "hold", *target)
     assert held.code == NotHeld.exit_code, held.error

@@ -322,8 +322,8 @@ def test_the_controller_identity_can_do_nothing_more(
             "make a Lease in another namespace": lambda: leases.create_namespaced_lease(
                 "default", lease(SERVICE_ACCOUNT)
             ),
-            # It reads the ledger's ConfigMaps by name, never a list of them, nor writes one.
-            "list ConfigMaps": lambda: core.list_namespaced_config_map(namespace),
+            # It reads the ledger's ConfigMaps by name and lists and watches them for Trainer's
+            # runtime snapshots; it writes none.
             "write a ConfigMap": lambda: core.patch_namespaced_config_map(
                 "any", namespace, {"metadata": {"labels": {"x": "y"}}}
             ),

@@ -2,17 +2,17 @@
 
 Where the admission policies are not installed, detection is the only defence, and an audit
 that runs now and then cannot compare what it never saw (docs/operations.md: The audit). So
-the leader lists and watches the managed TrainJobs, the JobSets, the Jobs, the pods and Trainer's
-runtime snapshots (ConfigMaps) of its namespaces into a store (controller/store.py, as client-go's
-informers keep a cache); every change is mapped to its TrainJob and queued, and workers decide
-from the store with the pure functions `dispatch-audit` decides with
-(`core.shell.auditing.audit_of`, `decide`). A pass that would write (J risen, an execution
-begun, a finding not yet flagged) is decided again from fresh reads of that TrainJob alone
-(`core.shell.auditing.audit_read`), and its one update is preconditioned on the TrainJob as
-read there: a watch that lags another can delay a finding, never make one. It
-never stops a job. Beyond what `dispatch-audit` finds, it compares each version of a TrainJob
-with the one it kept: a record that bounds R moved back is flagged and put back
-(core.rules.erasure).
+the leader lists and watches the managed TrainJobs, the JobSets, the Jobs, the pods, Trainer's
+runtime snapshots and the start ledger's records (ConfigMaps) of its namespaces into a store
+(controller/store.py, as client-go's informers keep a cache); every change is mapped to its
+TrainJob and queued, and workers decide from the store with the pure functions
+`dispatch-audit` decides with (`core.shell.auditing.audit_of`, `decide`). A pass that would
+write (J risen, an execution begun, a finding not yet flagged) is decided again from fresh
+reads of that TrainJob alone (`core.shell.auditing.audit_read`), and its one update is
+preconditioned on the TrainJob as read there: a watch that lags another can delay a finding,
+never make one. It never stops a job. Beyond what `dispatch-audit` finds, it compares each
+version of a TrainJob with the one it kept: a record that bounds R moved back is flagged and
+put back (core.rules.erasure).
 
 Level-triggered like the gate: every resync queues every managed TrainJob again, and each
 list (at start, and after a watch that cannot go on) whatever changed or went since the last.
@@ -109,7 +109,10 @@ PODS: Final = Stream("pods", kinds.POD, "", jobset_key)
 # pass was read some 30 times in a job's admission (docs/development.md) and an edit of a
 # suspended job's was found only at the next resync.
 SNAPSHOTS: Final = Stream("snapshots", kinds.CONFIG_MAP, "", snapshot_key, keeps_unkeyed=False)
-STREAMS: Final = (TRAINJOBS, JOBSETS, JOBS, PODS, SNAPSHOTS)
+# The start ledger's records (core.rules.ledger), labelled: each pass compares its TrainJob's UID
+# with the "created" one. Immutable; no change of one queues a TrainJob (the resync compares).
+RECORDS: Final = Stream("records", kinds.CONFIG_MAP, wire.LEDGER_LABEL, lambda _: None)
+STREAMS: Final = (TRAINJOBS, JOBSETS, JOBS, PODS, SNAPSHOTS, RECORDS)
 
 
 class Auditor:
@@ -134,9 +137,6 @@ class Auditor:
         self.store = store.Store()
         # The runtimes the passes compared, read again at each resync.
         self._runtimes: dict[tuple[str, str, str], dict[str, Any] | None] = {}
-        # The ledger's "created" records found (core.rules.ledger): immutable, and deleted only
-        # with their namespace, so one found is kept; one not found is looked for again.
-        self._ledger: dict[tuple[str, str], dict[str, Any]] = {}
         self._workers: list[threading.Thread] = []
         self._policy_mode = not settings.gate
         # The raises' Events, posted off the watch thread (best effort, as every Event).
@@ -572,18 +572,13 @@ class Auditor:
         return found
 
     def _created(self, namespace: str, trainjob: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The ledger's record that start created the TrainJob's identity, if there is one."""
+        """The ledger's record that start created the TrainJob's identity, as the store holds it.
+
+        One not listed yet is a finding missed by this pass, never one made: the pass that
+        writes reads it afresh (auditing.audit_read), and the next compares again.
+        """
         name = ledger.recorded_name(trainjob)
-        if name is None:
-            return None
-        with self._lock:
-            if (namespace, name) in self._ledger:
-                return self._ledger[(namespace, name)]
-        found = self._gateway.find_config_map(namespace, name)
-        if found is not None:
-            with self._lock:
-                self._ledger[(namespace, name)] = found
-        return found
+        return None if name is None else self.store.kept(store.RECORDS, (namespace, name))
 
     def _keep_since(self, key: Key, since: float | None) -> None:
         """The change a failed pass was for is still to be detected: keep when it was seen."""

@@ -54,7 +54,7 @@ UNHELD: Final = Gauge(
 WATCHED: Final = Gauge(
     f"{PREFIX}_watched_objects",
     "Objects the auditor keeps of what it lists and watches, by kind (trainjobs, jobsets, jobs, "
-    "pods, snapshots).",
+    "pods, snapshots, records).",
     ["kind"],
 )
 DETECTION: Final = Histogram(

@@ -1,4 +1,4 @@
-"""What the auditor's streams told: every TrainJob, JobSet, Job, pod and runtime snapshot.
+"""What the auditor's streams told: every TrainJob, JobSet, Job, pod, snapshot and ledger record.
 
 As client-go's informers keep a cache, so an audit pass reads memory, not the API server: a
 change to one pod costs the audit of its TrainJob, whatever the namespace holds. Jobs and pods
@@ -29,12 +29,14 @@ JOBSETS: Final = "jobsets"
 JOBS: Final = "jobs"
 PODS: Final = "pods"
 SNAPSHOTS: Final = "snapshots"  # Trainer's runtime snapshot ConfigMaps (core.rules.snapshot)
+RECORDS: Final = "records"  # the start ledger's ConfigMaps (core.rules.ledger)
 _TRIM: Final[dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]]] = {
     TRAINJOBS: audit.job_as_audited,
     JOBSETS: audit.job_as_audited,
     JOBS: audit.job_as_audited,
     PODS: audit.pod_as_audited,
     SNAPSHOTS: audit.snapshot_as_audited,
+    RECORDS: audit.job_as_audited,
 }
 
 
@@ -175,6 +177,11 @@ class Store:
             owned = lineage.with_jobs(job for job in jobs if lineage.claims_job(job))
             pods = self._find(PODS, marks | {(namespace, "uid", uid) for uid in owned.job_uids})
         return View(trainjob, jobset, jobs, pods, taken)
+
+    def kept(self, kind: str, key: Key) -> dict[str, Any] | None:
+        """The object of `kind` kept under `key`, if there is one."""
+        with self._lock:
+            return self._get(kind, key)
 
     def _get(self, kind: str, key: Key) -> dict[str, Any] | None:
         packed = self._objects[kind].get(key)

@@ -60,7 +60,7 @@ def test_an_object_without_the_names_maps_to_nothing(shape: dict[str, Any]) -> N
         assert own_key(shape) is None
 
 
-def test_only_trainjobs_are_selected_by_the_managed_label() -> None:
+def test_only_trainjobs_and_ledger_records_are_selected_by_a_label() -> None:
     """Every Job and pod is watched: one whose JobSet label was removed is still claimed."""
     selectors = {stream.kind: stream.label_selector for stream in STREAMS}
     assert selectors == {
@@ -69,6 +69,7 @@ def test_only_trainjobs_are_selected_by_the_managed_label() -> None:
         "jobs": "",
         "pods": "",
         "snapshots": "",
+        "records": "dispatch.phpboyscout.uk/ledger",
     }
 
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from dispatch_k8s.controller.store import JOBS, JOBSETS, PODS, SNAPSHOTS, TRAINJOBS, Store
+from dispatch_k8s.controller.store import (
+    JOBS,
+    JOBSETS,
+    PODS,
+    RECORDS,
+    SNAPSHOTS,
+    TRAINJOBS,
+    Store,
+)
 from dispatch_k8s.core.rules import audit, ownership, wire
 from dispatch_k8s.core.shell import auditing
 from tests.unit.audit_factories import NAME, UID, jobset_dict, pod_dict, trainjob_dict
@@ -149,7 +157,7 @@ def test_a_trimmed_pod_keeps_what_ownership_reads() -> None:
     ]
 
 
-def snapshot_dict(name: str, **data: str) -> dict[str, Any]:
+def config_map_dict(name: str, **data: str) -> dict[str, Any]:
     return {
         "metadata": {
             "name": name,
@@ -165,11 +173,11 @@ def snapshot_dict(name: str, **data: str) -> dict[str, Any]:
 def test_a_trainjob_s_view_holds_its_runtime_snapshot_as_the_audit_reads_it() -> None:
     store = filled()
     assert store.view(KEY).snapshot is None, "no copy taken yet (or a Trainer that takes none)"
-    store.put(SNAPSHOTS, snapshot_dict(f"{NAME}-runtime-snapshot-2", runtime="kind: x"))
+    store.put(SNAPSHOTS, config_map_dict(f"{NAME}-runtime-snapshot-2", runtime="kind: x"))
     assert store.view(KEY).snapshot is None, "another job's name"
     store.put(
         SNAPSHOTS,
-        snapshot_dict(f"{NAME}-runtime-snapshot", runtime="kind: ClusterTrainingRuntime", x="y"),
+        config_map_dict(f"{NAME}-runtime-snapshot", runtime="kind: ClusterTrainingRuntime", x="y"),
     )
     kept = store.view(KEY).snapshot
     assert kept is not None
@@ -180,3 +188,15 @@ def test_a_trainjob_s_view_holds_its_runtime_snapshot_as_the_audit_reads_it() ->
     assert taken.runtime == {"kind": "ClusterTrainingRuntime"}
     store.remove(SNAPSHOTS, ("team-a", f"{NAME}-runtime-snapshot"))
     assert store.view(KEY).snapshot is None
+
+
+def test_a_ledger_record_is_kept_by_its_name_as_the_audit_compares_it() -> None:
+    store = filled()
+    record = config_map_dict("dispatch-ledger-train-1-created", uid=UID)
+    store.put(RECORDS, record)
+    kept = store.kept(RECORDS, ("team-a", "dispatch-ledger-train-1-created"))
+    assert kept is not None
+    assert kept["data"] == {"uid": UID}
+    assert "managedFields" not in kept["metadata"]
+    assert store.kept(RECORDS, ("team-b", "dispatch-ledger-train-1-created")) is None
+    assert store.kept(SNAPSHOTS, ("team-a", "dispatch-ledger-train-1-created")) is None

@@ -20,7 +20,7 @@ from dispatch_k8s.core.rules.wire import (
 
 
 def job_as_audited(job: Mapping[str, Any]) -> dict[str, Any]:
-    """A TrainJob, JobSet or Job less its managedFields (no audit reads them), to be kept."""
+    """A TrainJob, JobSet, Job or ledger record less its managedFields (unread), to be kept."""
     return shapes.without_managed_fields(job)
 
 

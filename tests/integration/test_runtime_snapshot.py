@@ -190,13 +190,11 @@ def test_the_auditor_flags_a_suspended_job_s_snapshot_edit_as_it_is_made(
         )
         give_retries(api_client, namespace, name, snapshot)
 
-        def flagged() -> list[str] | None:
-            listed = client.CoreV1Api(api_client).list_namespaced_event(
-                namespace, field_selector=f"involvedObject.name={name},reason={events.FLAGGED}"
-            )
-            return [str(event.message) for event in listed.items] or None
-
-        (message,) = wait_until(flagged, what=f"the auditor's flag on {name}", timeout=30)
+        (message,) = wait_until(
+            lambda: told(api_client, (namespace, name), events.FLAGGED),
+            what=f"the auditor's flag on {name}",
+            timeout=30,
+        )
         assert auditor.stop() == 0
     assert f"runtime snapshot ConfigMap {snapshot_of(name)}" in message, message
     assert read_trainjob(client.CustomObjectsApi(api_client), namespace, name)["spec"]["suspend"]
@@ -280,6 +278,15 @@ UNCARRIED_GAUGES: Final = (
 )
 
 
+def told(api_client: client.ApiClient, job: tuple[str, str], reason: str) -> list[str] | None:
+    """The messages of the Events `reason` on the TrainJob `job` (namespace, name); None if none."""
+    namespace, name = job
+    listed = client.CoreV1Api(api_client).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name},reason={reason}"
+    )
+    return [str(event.message) for event in listed.items] or None
+
+
 def told_by_the_auditor(
     control_plane: Cluster,
     api_client: client.ApiClient,
@@ -291,14 +298,11 @@ def told_by_the_auditor(
     gauges of jobs not opened and not held, read before it stops (exit 0)."""
     namespace, name = job
     with replicas(control_plane.kubeconfig, namespace, tmp_path, "auditor") as (auditor,):
-
-        def told() -> list[str] | None:
-            listed = client.CoreV1Api(api_client).list_namespaced_event(
-                namespace, field_selector=f"involvedObject.name={name},reason={reason}"
-            )
-            return [str(event.message) for event in listed.items] or None
-
-        messages = wait_until(told, what=f"the auditor's {reason} Event on {name}", timeout=30)
+        messages = wait_until(
+            lambda: told(api_client, job, reason),
+            what=f"the auditor's {reason} Event on {name}",
+            timeout=30,
+        )
         gauges = {gauge: auditor.metric(gauge) for gauge in UNCARRIED_GAUGES}
         assert auditor.stop() == 0
     assert len(messages) == 1, messages
